@@ -1,0 +1,72 @@
+"""pytree-inspector: see any JAX pytree or checkpoint, and run jitted operations on it.
+
+    import inspector
+    inspector.describe(params)                      # one Row per node
+    inspector.weighted_sum([a, b, c], [1, 2, 3])    # model soups, task arithmetic, SGD, EMA
+    inspector.index(tree, [1, "1:3", None, -1])     # a different index per subtree
+    inspector.stack(ensemble); inspector.unstack(stacked)
+    inspector.run(inspector.weighted_sum, [a, b], [0.5, 0.5], device="cpu:0")  # timed
+    inspector.diff(model_tree, inspector.load("ckpt.safetensors"))
+
+Names are resolved on first use: `import inspector` stays cheap (`panel serve inspector`
+executes this file as a throwaway package) and never loads a UI library.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # errors
+    "InspectorError": "inspector.core.errors",
+    "StructureMismatchError": "inspector.core.errors",
+    "IndexParseError": "inspector.core.errors",
+    "IndexOutOfRangeError": "inspector.core.errors",
+    "UnsupportedLeafError": "inspector.core.errors",
+    "LoadError": "inspector.core.errors",
+    # describing and comparing
+    "Row": "inspector.core.describe",
+    "describe": "inspector.core.describe",
+    "Difference": "inspector.core.diff",
+    "diff": "inspector.core.diff",
+    "LazyArray": "inspector.core.lazy",
+    "PackedTree": "inspector.core.packed",
+    "pack": "inspector.core.packed",
+    # operations
+    "weighted_sum": "inspector.core.weighted_sum",
+    "weighted_sum_dtype": "inspector.core.weighted_sum",
+    "index": "inspector.core.indexing",
+    "parse_index": "inspector.core.index_parse",
+    "format_index": "inspector.core.index_parse",
+    "stack": "inspector.core.stacking",
+    "unstack": "inspector.core.stacking",
+    # running
+    "run": "inspector.core.runner",
+    "RunResult": "inspector.core.runner",
+    "devices": "inspector.core.runner",
+    "compile_count": "inspector.core.plan",
+    "clear_cache": "inspector.core.plan",
+    # checkpoints
+    "load": "inspector.io",
+    "save": "inspector.io",
+    # the UI (imports panel when first used)
+    "show": "inspector.ui.notebook",
+    "Inspector": "inspector.ui.notebook",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'inspector' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

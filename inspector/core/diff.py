@@ -1,0 +1,149 @@
+"""`diff(a, b)`: every structural (and optionally value) difference between two trees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from inspector.core import nodes
+from inspector.core.describe import leaf_info
+
+MISSING, EXTRA, SHAPE, DTYPE, TYPE, VALUE = "missing", "extra", "shape", "dtype", "type", "value"
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """One way two trees differ at one key path.
+
+    Attributes:
+        path: the key path in JAX `keystr` form.
+        kind: `missing` (in `a`, not in `b`), `extra` (in `b`, not in `a`), `shape`, `dtype`,
+            `type` (container or leaf kind differs) or `value` (with `values=True`).
+        a, b: what each side has there: a shape, a dtype name, a type name, or a short
+            description of the missing/extra subtree; `None` for the side that lacks it.
+        max_abs: for `value`: max |a - b| over the leaf (NaN where the NaN patterns differ).
+        rel_l2: for `value`: ||a - b|| / ||a|| (inf when `a` is all zeros).
+    """
+
+    path: str
+    kind: str
+    a: object
+    b: object
+    max_abs: float | None = None
+    rel_l2: float | None = None
+
+    def __str__(self) -> str:
+        where = self.path or "(root)"
+        if self.kind == MISSING:
+            return f"{where}: missing from the second tree (first has {self.a})"
+        if self.kind == EXTRA:
+            return f"{where}: only in the second tree ({self.b})"
+        if self.kind == VALUE:
+            return f"{where}: values differ, max |a-b| = {self.max_abs:.6g}, rel L2 = {self.rel_l2:.3g}"
+        return f"{where}: {self.kind} {self.a} vs {self.b}"
+
+
+def diff(a, b, values: bool = False) -> list[Difference]:
+    """Returns every difference between trees `a` and `b`, in pre-order of key paths.
+
+    Children are matched by key (dict key, index, attribute), so a dict-vs-FrozenDict or
+    list-vs-tuple node is reported once as `type` and its children are still compared.
+    Think of `a` as the expected tree (the model) and `b` as the candidate (the checkpoint).
+
+    Args:
+        a, b: pytrees (or packed trees, or trees of lazy checkpoint leaves).
+        values: also compare the values of leaves that match in shape; reads their data.
+
+    Returns:
+        A list of `Difference`; empty when the trees agree.
+
+    >>> [str(d) for d in diff({"w": np.zeros(3), "b": 1}, {"w": np.zeros(4)})]
+    ["['b']: missing from the second tree (first has int32[])", "['w']: shape (3,) vs (4,)"]
+    """
+    from inspector.core.packed import PackedTree
+
+    if isinstance(a, PackedTree):
+        a = a.unpack() if values else a.structure()
+    if isinstance(b, PackedTree):
+        b = b.unpack() if values else b.structure()
+    out: list[Difference] = []
+    _compare(a, b, "", values, out)
+    return out
+
+
+def summary(node) -> str:
+    """A short description of a subtree (`float32[3,2]`, `dict of 4`, `None`)."""
+    kind, kids = nodes.children(node)
+    if kind == nodes.LEAF:
+        shape, dtype, _, _ = leaf_info(node)
+        if shape is None:
+            return type(node).__name__
+        return f"{dtype}[{','.join(map(str, shape))}]"
+    if kind == nodes.NONE:
+        return "None"
+    return f"{nodes.type_name(node)} of {len(kids)}"
+
+
+def _compare(a, b, path: str, values: bool, out: list) -> None:
+    kind_a, kids_a = nodes.children(a)
+    kind_b, kids_b = nodes.children(b)
+    if kind_a == nodes.LEAF and kind_b == nodes.LEAF:
+        _compare_leaves(a, b, path, values, out)
+        return
+    if kind_a == nodes.LEAF or kind_b == nodes.LEAF:
+        out.append(Difference(path, TYPE, summary(a), summary(b)))
+        return
+    if type(a) is not type(b):
+        out.append(Difference(path, TYPE, nodes.type_name(a), nodes.type_name(b)))
+    b_by_key = dict(kids_b)
+    a_keys = set()
+    for key, child_a in kids_a:
+        a_keys.add(key)
+        if key in b_by_key:
+            _compare(child_a, b_by_key[key], path + key, values, out)
+        else:
+            out.append(Difference(path + key, MISSING, summary(child_a), None))
+    for key, child_b in kids_b:
+        if key not in a_keys:
+            out.append(Difference(path + key, EXTRA, None, summary(child_b)))
+
+
+def _compare_leaves(a, b, path: str, values: bool, out: list) -> None:
+    shape_a, dtype_a, _, _ = leaf_info(a)
+    shape_b, dtype_b, _, _ = leaf_info(b)
+    if shape_a is None or shape_b is None:
+        if type(a) is not type(b):
+            out.append(Difference(path, TYPE, type(a).__name__, type(b).__name__))
+        return
+    if shape_a != shape_b:
+        out.append(Difference(path, SHAPE, shape_a, shape_b))
+    if dtype_a != dtype_b:
+        out.append(Difference(path, DTYPE, dtype_a, dtype_b))
+    if values and shape_a == shape_b:
+        max_abs, rel_l2 = value_difference(a, b)
+        if max_abs != 0:
+            out.append(Difference(path, VALUE, None, None, max_abs, rel_l2))
+
+
+def value_difference(a, b) -> tuple[float, float]:
+    """Returns `(max |a - b|, ||a - b|| / ||a||)` computed in float64 (reads both leaves).
+
+    NaNs in the same places count as equal; NaNs in different places make both figures NaN.
+    """
+    x = np.asarray(a).astype(np.complex128 if np.iscomplexobj(a) else np.float64)
+    y = np.asarray(b).astype(np.complex128 if np.iscomplexobj(b) else np.float64)
+    nan_x, nan_y = np.isnan(x), np.isnan(y)
+    if not np.array_equal(nan_x, nan_y):
+        return float("nan"), float("nan")
+    both = nan_x & nan_y
+    d = np.where(both, 0, x - y)
+    if d.size == 0:
+        return 0.0, 0.0
+    inf_same = np.isinf(x) & (x == y)
+    d = np.where(inf_same, 0, d)
+    max_abs = float(np.max(np.abs(d)))
+    norm = float(np.linalg.norm(np.where(both | inf_same, 0, x)))
+    err = float(np.linalg.norm(d))
+    rel = err / norm if norm else (0.0 if err == 0 else float("inf"))
+    return max_abs, rel

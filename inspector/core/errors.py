@@ -1,0 +1,36 @@
+"""The inspector's exceptions. Every message names the key paths involved and the fix."""
+
+from __future__ import annotations
+
+
+class InspectorError(ValueError):
+    """Base of every error the inspector raises on bad input."""
+
+
+class StructureMismatchError(InspectorError):
+    """Trees that must match (same structure, shapes, dtypes) do not."""
+
+
+class IndexParseError(InspectorError):
+    """An index written as text (`"1:3, ..., 0"`) could not be parsed."""
+
+
+class IndexOutOfRangeError(InspectorError, IndexError):
+    """An index falls outside a leaf's shape (JAX would clamp it silently)."""
+
+
+class UnsupportedLeafError(InspectorError, TypeError):
+    """A leaf is not an array an operation can use (a string, an object, ...)."""
+
+
+class LoadError(InspectorError):
+    """A file or directory could not be read as a checkpoint."""
+
+
+def bullet_list(lines, limit: int = 50) -> str:
+    """Formats offenders one per line, `  - ...`, eliding past `limit` with a count."""
+    lines = list(lines)
+    shown = [f"  - {line}" for line in lines[:limit]]
+    if len(lines) > limit:
+        shown.append(f"  ... and {len(lines) - limit} more")
+    return "\n".join(shown)

@@ -1,0 +1,276 @@
+"""`index(tree, index_tree)`: a different NumPy-style index for each subtree, compiled once.
+
+Integer positions (an int, a slice's start) are traced arguments, so moving an index (`1` to
+`2`, `1:3` to `2:4`) reuses the compiled kernel; only a new result shape compiles again.
+JAX clamps out-of-range dynamic indices silently, so every index is checked against its
+leaf's shape first.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from inspector.core import nodes, validate
+from inspector.core.describe import leaf_info
+from inspector.core.errors import (
+    IndexOutOfRangeError,
+    IndexParseError,
+    InspectorError,
+    StructureMismatchError,
+    bullet_list,
+)
+from inspector.core.index_parse import format_index, parse_index
+from inspector.core.plan import Call, Plan
+from inspector.core.runner import resolve_device, run_once
+
+_ATOMS = (int, np.integer, slice, type(Ellipsis), str)
+
+
+def _is_index(node, target) -> bool:
+    """Whether `node` (in the index tree) is an index for the subtree `target`.
+
+    A tuple facing an array is a multi-axis index (`(1, slice(None))`); facing a container it
+    is structure, matched child by child. Write `"1, :"` to index a tuple subtree per axis.
+    """
+    if isinstance(node, _ATOMS) and not isinstance(node, bool):
+        return True
+    if type(node) is tuple and nodes.children(target)[0] == nodes.LEAF:
+        return all(isinstance(i, _ATOMS) or i is None for i in node)
+    return False
+
+
+def _normalize(index, shape: tuple[int, ...]):
+    """Returns `(pattern, starts)` for one leaf, or raises IndexOutOfRangeError / InspectorError.
+
+    `pattern` is static (it fixes the result shape): ("f",) keep an axis, ("i",) take one
+    position, ("s", size, step, reversed) take a slice, ("n",) insert an axis. `starts` holds
+    the traced integer positions, one per "i" and "s".
+    """
+    if isinstance(index, str):
+        index = parse_index(index)
+    if not isinstance(index, tuple):
+        index = (index,)
+    used = sum(1 for i in index if i is not Ellipsis and i is not None)
+    if used > len(shape):
+        raise InspectorError(
+            f"index {format_index(index)!r} has {used} entries for a leaf of rank {len(shape)} "
+            f"{shape}")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (len(shape) - used) + index[at + 1:]
+    else:
+        index = index + (slice(None),) * (len(shape) - used)
+    pattern, starts = [], []
+    axis = 0
+    for item in index:
+        if item is None:
+            pattern.append(("n",))
+            continue
+        n = shape[axis]
+        if isinstance(item, slice):
+            start, stop, step = item.indices(n)
+            size = len(range(start, stop, step))
+            if step == 1 and size == n:
+                pattern.append(("f",))
+            else:
+                low = start if step > 0 else start + (size - 1) * step
+                pattern.append(("s", size, abs(step), step < 0))
+                starts.append(low if size else 0)
+        else:
+            i = int(item)
+            if not -n <= i < n:
+                raise IndexOutOfRangeError(f"index {i} is out of range for axis {axis} of size {n}")
+            pattern.append(("i",))
+            starts.append(i % n)
+        axis += 1
+    return tuple(pattern), starts
+
+
+def _result_size(pattern, shape: tuple[int, ...]) -> int:
+    """The number of elements an index pattern keeps from a leaf of `shape`."""
+    size, axis = 1, 0
+    for p in pattern:
+        if p[0] == "n":
+            continue
+        size *= shape[axis] if p[0] == "f" else (p[1] if p[0] == "s" else 1)
+        axis += 1
+    return size
+
+
+def _index_kernel(pattern):
+    def kernel(x, starts):
+        axis = 0
+        s = 0
+        for p in pattern:
+            if p[0] == "f":
+                axis += 1
+            elif p[0] == "n":
+                x = jnp.expand_dims(x, axis)
+                axis += 1
+            elif p[0] == "i":
+                x = lax.dynamic_index_in_dim(x, starts[s], axis, keepdims=False)
+                s += 1
+            else:
+                _, size, step, rev = p
+                extent = (size - 1) * step + 1 if size else 0
+                x = lax.dynamic_slice_in_dim(x, starts[s], extent, axis)
+                if step > 1:
+                    x = lax.slice_in_dim(x, 0, extent, step, axis)
+                if rev:
+                    x = lax.rev(x, (axis,))
+                s += 1
+                axis += 1
+        return x
+
+    return kernel
+
+
+def _pair(index_tree, tree, path: str, out: list, mismatches: list) -> None:
+    """Walks `index_tree` as a prefix of `tree`, collecting (path, index, subtree) triples."""
+    if index_tree is None:
+        return  # None keeps its subtree as it is
+    if _is_index(index_tree, tree):
+        out.append((path, index_tree, tree))
+        return
+    kind_i, kids_i = nodes.children(index_tree)
+    kind_t, kids_t = nodes.children(tree)
+    if kind_i == nodes.LEAF:
+        mismatches.append(f"{path or '(root)'}: {index_tree!r} is not an index "
+                          "(use an int, a slice, '...', a string like '1:3', or None)")
+        return
+    if kind_t == nodes.LEAF or kind_t == nodes.NONE:
+        mismatches.append(f"{path or '(root)'}: the index tree has a {nodes.type_name(index_tree)}"
+                          f" here, the tree has {nodes.type_name(tree)}")
+        return
+    by_key = dict(kids_t)
+    keys_i = [k for k, _ in kids_i]
+    if type(index_tree) is not type(tree) and not (
+        isinstance(index_tree, list | tuple) and isinstance(tree, list | tuple)
+    ):
+        mismatches.append(f"{path or '(root)'}: the index tree has a {nodes.type_name(index_tree)}"
+                          f" here, the tree has a {nodes.type_name(tree)}")
+        return
+    if set(keys_i) != set(by_key):
+        missing = [k for k in by_key if k not in keys_i]
+        extra = [k for k in keys_i if k not in by_key]
+        detail = "; ".join(filter(None, [
+            missing and f"no index for {', '.join(missing)}",
+            extra and f"{', '.join(extra)} not in the tree",
+        ]))
+        mismatches.append(f"{path or '(root)'}: {detail}")
+        return
+    for key, child in kids_i:
+        _pair(child, by_key[key], path + key, out, mismatches)
+
+
+def plan_index(tree, index_tree, device=None) -> Plan:
+    """Validates the index against every leaf's shape and returns the `Plan` that applies it.
+
+    Raises:
+        StructureMismatchError: `index_tree` is not a prefix of `tree` (every such path listed).
+        IndexParseError: an index string cannot be parsed (its path is named).
+        IndexOutOfRangeError / InspectorError: an index does not fit a leaf (every leaf listed).
+    """
+    device = resolve_device(device)
+    pairs: list = []
+    mismatches: list[str] = []
+    source = tree
+    from inspector.core.packed import PackedTree
+
+    if isinstance(tree, PackedTree):
+        source = tree.unpack()
+    _pair(index_tree, source, "", pairs, mismatches)
+    if mismatches:
+        raise StructureMismatchError(
+            f"The index tree does not match the tree: {len(mismatches)} "
+            f"{'place' if len(mismatches) == 1 else 'places'}.\n" + bullet_list(mismatches)
+            + "\nThe index tree must be a prefix of the tree: give one index per subtree "
+            "(':' keeps a subtree whole, None keeps it too)."
+        )
+    # Parse every string once, reporting every bad one.
+    parsed, parse_errors = {}, []
+    for path, idx, _ in pairs:
+        if isinstance(idx, str):
+            try:
+                parsed[path] = parse_index(idx)
+            except IndexParseError as e:
+                parse_errors.append(f"{path or '(root)'}: {str(e).splitlines()[0]}")
+    if parse_errors:
+        raise IndexParseError(
+            f"Cannot parse {len(parse_errors)} index "
+            f"{'string' if len(parse_errors) == 1 else 'strings'}.\n" + bullet_list(parse_errors)
+        )
+    calls: list[Call] = []
+    leaf_slots: dict[str, int | None] = {}  # leaf path -> position in calls (None: unchanged)
+    problems, kinds = [], set()
+    read = written = 0
+    for path, idx, subtree in pairs:
+        idx = parsed.get(path, idx)
+        for leaf_path, leaf in jax.tree_util.tree_flatten_with_path(subtree)[0]:
+            full = path + jax.tree_util.keystr(leaf_path)
+            shape, dtype, nbytes, _ = leaf_info(leaf)
+            if shape is None:
+                problems.append(f"{full}: a {type(leaf).__name__} leaf cannot be indexed")
+                continue
+            try:
+                pattern, starts = _normalize(idx, shape)
+            except (IndexOutOfRangeError, InspectorError) as e:
+                kinds.add(type(e))
+                problems.append(f"{full}: {e}")
+                continue
+            if all(p[0] == "f" for p in pattern):
+                leaf_slots[full] = None
+                continue
+            array = leaf if hasattr(leaf, "shape") else np.asarray(leaf, dtype=dtype)
+            dt = jax.dtypes.canonicalize_dtype(dtype)
+            key = ("index", tuple(shape), str(dt), pattern)
+            args = [array, np.asarray(starts or [0], dtype=np.int32)]
+            leaf_slots[full] = len(calls)
+            calls.append(Call(key, lambda pattern=pattern: _index_kernel(pattern), args))
+            out_bytes = _result_size(pattern, shape) * np.dtype(dt).itemsize
+            read += out_bytes  # a slice reads only what it keeps
+            written += out_bytes
+    if problems:
+        error = IndexOutOfRangeError if kinds == {IndexOutOfRangeError} else InspectorError
+        raise error(
+            f"Cannot index the tree: {len(problems)} "
+            f"{'leaf does' if len(problems) == 1 else 'leaves do'} not fit the index.\n"
+            + bullet_list(problems)
+            + "\nFix those indices (JAX would clamp them silently), or use ':' to keep a leaf."
+        )
+
+    def assemble(outputs):
+        def pick(path, leaf):
+            where = leaf_slots.get(jax.tree_util.keystr(path), None)
+            return leaf if where is None else outputs[where]
+
+        return jax.tree_util.tree_map_with_path(pick, source)
+
+    return Plan("index", device, calls, assemble, read, written)
+
+
+def index(tree, index_tree, device=None):
+    """Returns `tree` with each subtree's leaves indexed by its entry in `index_tree`.
+
+    `index_tree` is a prefix of `tree`: where it has an index (an int, a slice, `...`, a tuple
+    of those facing an array, or text like `"1:3, ..., 0"` read by `parse_index`), every leaf
+    below is indexed with it, NumPy-style; where it has `None` or `":"`, the subtree is kept.
+    `None` subtrees of `tree` stay `None`. Leaves left whole are returned as they are.
+
+    Raises:
+        StructureMismatchError: `index_tree` is not a prefix of `tree`.
+        IndexParseError: an index string is not an index.
+        IndexOutOfRangeError: an index is out of range for a leaf (all such leaves listed).
+
+    >>> tree = [np.arange(6.0).reshape(2, 3), (np.arange(4), None)]
+    >>> out = index(tree, ["1", ":2"])
+    >>> out[0].tolist(), out[1][0].tolist(), out[1][1]
+    ([3.0, 4.0, 5.0], [0, 1], None)
+    """
+    return run_once(plan_index(tree, index_tree, device))
+
+
+index.plan = plan_index

@@ -1,0 +1,190 @@
+"""Packed trees: a pytree's leaves held in one flat buffer per dtype.
+
+XLA compiles one fusion per leaf, and compile time grows faster than the leaf count (about a
+minute at 10,000 leaves). An elementwise op over a packed tree is one kernel per dtype, whatever
+the leaf count, and compiles in well under a second. Leaves are views into the buffers, so
+unpacking on the host is free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property, partial
+
+import jax
+import numpy as np
+
+from inspector.core.describe import dtype_name, leaf_info
+from inspector.core.errors import UnsupportedLeafError, bullet_list
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where one leaf lives: `buffers[group][offset : offset + size]`, reshaped to `shape`.
+
+    `pack` names each buffer (group) after its dtype; an op's result keeps its inputs' group
+    names even where the dtype changes (int32 leaves with float weights become float32).
+    """
+
+    group: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """A packed tree's structure: its treedef, one `Slot` per leaf and each group's length.
+
+    Hashable and cheap to compare (the hash is computed once), because it is part of every
+    compile-cache key.
+    """
+
+    treedef: jax.tree_util.PyTreeDef
+    slots: tuple[Slot, ...]
+    sizes: dict[str, int] = field(hash=False)
+
+    @cached_property
+    def _key(self):
+        return (self.treedef, self.slots)
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash(self._key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (
+            isinstance(other, Layout) and self._hash == other._hash and self._key == other._key
+        )
+
+
+class PackedTree:
+    """A pytree whose leaves are held as one flat buffer per dtype (NumPy or JAX arrays).
+
+    Build one with `pack(tree)`; get the tree back with `.unpack()`. `describe`, `diff` and the
+    ops accept packed trees directly; `weighted_sum` of packed trees runs one kernel per dtype.
+
+    >>> p = pack({"w": np.ones((2, 2), np.float32), "b": np.arange(2, dtype=np.float32)})
+    >>> p.n_leaves, p.nbytes, sorted(p.buffers)
+    (2, 24, ['float32'])
+    >>> p.unpack()["b"].tolist()
+    [0.0, 1.0]
+    """
+
+    __slots__ = ("layout", "buffers")
+
+    def __init__(self, layout: Layout, buffers: dict):
+        self.layout = layout
+        self.buffers = buffers
+
+    @property
+    def n_leaves(self) -> int:
+        return len(self.layout.slots)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(b.size) * np.dtype(b.dtype).itemsize for b in self.buffers.values())
+
+    @property
+    def devices(self) -> set:
+        """The devices holding the buffers (empty when they are host NumPy arrays)."""
+        out = set()
+        for b in self.buffers.values():
+            if isinstance(b, jax.Array):
+                out |= b.sharding.device_set
+        return out
+
+    def structure(self):
+        """Returns the tree with a `jax.ShapeDtypeStruct` for each leaf (no data touched)."""
+        leaves = [jax.ShapeDtypeStruct(s.shape, np.dtype(s.dtype)) for s in self.layout.slots]
+        return self.layout.treedef.unflatten(leaves)
+
+    def leaves(self) -> list:
+        """Returns the leaves: views into the buffers (host) or JAX arrays sliced on device."""
+        host = {k: _host_view(b) for k, b in self.buffers.items()}
+        out = []
+        for s in self.layout.slots:
+            buf = host[s.group]
+            if buf is not None:
+                out.append(buf[s.offset : s.offset + s.size].reshape(s.shape))
+            else:
+                out.append(_take(self.buffers[s.group], s.offset, s.shape))
+        return out
+
+    def with_dtypes(self, buffers: dict) -> PackedTree:
+        """Returns a packed tree of this layout over new buffers (same groups, maybe new dtypes)."""
+        dtypes = {g: dtype_name(b.dtype) for g, b in buffers.items()}
+        if all(dtypes[s.group] == s.dtype for s in self.layout.slots):
+            return PackedTree(self.layout, buffers)
+        slots = tuple(Slot(s.group, dtypes[s.group], s.shape, s.offset) for s in self.layout.slots)
+        return PackedTree(Layout(self.layout.treedef, slots, self.layout.sizes), buffers)
+
+    def unpack(self):
+        """Returns the pytree, with leaves as views into the buffers where possible."""
+        return self.layout.treedef.unflatten(self.leaves())
+
+    def __repr__(self) -> str:
+        groups = ", ".join(f"{k}[{int(v.size)}]" for k, v in self.buffers.items())
+        return f"PackedTree({self.n_leaves} leaves; {groups})"
+
+
+def _host_view(buf):
+    """A NumPy view of a buffer when that costs no copy (NumPy, or a JAX array on the CPU)."""
+    if isinstance(buf, np.ndarray):
+        return buf
+    if isinstance(buf, jax.Array) and buf.is_fully_addressable:
+        devs = buf.sharding.device_set
+        if len(devs) == 1 and next(iter(devs)).platform == "cpu":
+            return np.asarray(buf)  # zero-copy on the CPU backend
+    return None
+
+
+@partial(jax.jit, static_argnames="size")
+def _dynamic_take(buf, offset, size: int):
+    return jax.lax.dynamic_slice_in_dim(buf, offset, size)
+
+
+def _take(buf, offset: int, shape: tuple[int, ...]):
+    # The offset is traced: one compile per distinct leaf size, not one per leaf.
+    return _dynamic_take(buf, np.int32(offset), math.prod(shape)).reshape(shape)
+
+
+def pack(tree) -> PackedTree:
+    """Returns `tree` packed into one flat host buffer per dtype.
+
+    Every leaf must be an array (NumPy, JAX, lazy) or a Python number; lazy leaves are read
+    one at a time straight into their slot, so packing a checkpoint holds one copy of it.
+
+    Raises:
+        UnsupportedLeafError: some leaves are not arrays; every such key path is listed.
+    """
+    if isinstance(tree, PackedTree):
+        return tree
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    infos = [leaf_info(x) for x in leaves]
+    bad = [i for i, (shape, *_) in enumerate(infos) if shape is None]
+    if bad:
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+        raise UnsupportedLeafError(
+            f"Cannot pack the tree: {len(bad)} leaves are not arrays.\n"
+            + bullet_list(f"{paths[i]}: {type(leaves[i]).__name__}" for i in bad)
+            + "\nReplace them with arrays, or drop them from the tree (None is allowed)."
+        )
+    sizes: dict[str, int] = {}
+    slots = []
+    for shape, dtype, _, _ in infos:
+        offset = sizes.get(dtype, 0)
+        slots.append(Slot(dtype, dtype, shape, offset))
+        sizes[dtype] = offset + math.prod(shape)
+    buffers = {d: np.empty(n, dtype=np.dtype(d)) for d, n in sizes.items()}
+    for leaf, slot in zip(leaves, slots, strict=True):
+        buffers[slot.group][slot.offset : slot.offset + slot.size] = np.asarray(leaf).reshape(-1)
+    return PackedTree(Layout(treedef, tuple(slots), sizes), buffers)

@@ -1,0 +1,160 @@
+"""Plans: the compiled kernel calls an operation makes, compiled once per static signature.
+
+An op (`weighted_sum`, `index`, ...) validates its inputs in Python, then returns a `Plan`: a
+list of `Call`s, each naming a kernel by a static key (leaf shape, dtype, static index pattern,
+device) plus the traced arguments (arrays, weights, index starts). Kernels are compiled ahead of
+time and cached by key, so:
+
+- a 10,000-leaf tree compiles one kernel per distinct leaf shape (or per dtype when packed),
+  never one fusion per leaf;
+- new weights or new index starts are new *arguments*, never new keys: no recompile;
+- `run` can time compilation apart from execution.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+
+from inspector.core.lazy import LazyArray
+
+_CACHE: dict[tuple, jax.stages.Compiled] = {}
+_LOCK = threading.Lock()
+_STATS = {"compiles": 0}
+
+
+def compile_count() -> int:
+    """Returns how many kernels the inspector has compiled in this process."""
+    return _STATS["compiles"]
+
+
+def clear_cache() -> None:
+    """Forgets every compiled kernel (the next call of each op compiles again)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+@dataclass
+class Call:
+    """One kernel invocation.
+
+    Attributes:
+        key: the static signature (hashable); equal keys share one compiled kernel.
+        make: builds the Python function to jit for this key. It must close over static
+            values only: anything that varies between runs (weights, index starts) is an arg.
+        args: the arguments: arrays (placed on the device by `Plan.place`) or lazy leaves
+            (read and placed when the call executes, so big checkpoints stream).
+        donate: positions of args whose buffers the kernel may reuse for its output.
+        carry: when true, output 0 replaces args[0] after each execution, so a donated
+            output buffer is reused from one timed run to the next (no fresh page faults).
+    """
+
+    key: tuple
+    make: Callable[[], Callable]
+    args: list
+    donate: tuple[int, ...] = ()
+    carry: bool = False
+
+
+@dataclass
+class Plan:
+    """An op ready to compile and execute on one device."""
+
+    op: str
+    device: jax.Device
+    calls: list[Call]
+    assemble: Callable[[list], object]
+    bytes_read: int
+    bytes_written: int
+    _compiled: list = field(default_factory=list, repr=False)
+
+    def compile(self) -> tuple[float, int]:
+        """Compiles every kernel not yet cached; returns `(seconds, number compiled now)`."""
+        start = time.perf_counter()
+        n_new = 0
+        self._compiled = []
+        for call in self.calls:
+            compiled, new = _compiled_kernel(call, self.device)
+            n_new += new
+            self._compiled.append(compiled)
+        return (time.perf_counter() - start if n_new else 0.0), n_new
+
+    def place(self) -> float:
+        """Moves array arguments onto the device (lazy leaves wait); returns the seconds."""
+        start = time.perf_counter()
+        for call in self.calls:
+            call.args = [_placed(a, self.device) for a in call.args]
+        for call in self.calls:
+            for a in call.args:
+                if isinstance(a, jax.Array):
+                    a.block_until_ready()
+        return time.perf_counter() - start
+
+    def execute(self):
+        """Runs every call once and returns the assembled result (not yet blocked on)."""
+        if len(self._compiled) != len(self.calls):
+            self.compile()
+        outputs = []
+        for call, compiled in zip(self.calls, self._compiled, strict=True):
+            args = [
+                jax.device_put(np.asarray(a), self.device) if isinstance(a, LazyArray) else a
+                for a in call.args
+            ]
+            out = compiled(*args)
+            if call.carry:
+                call.args[0] = out
+            outputs.append(out)
+        return self.assemble(outputs)
+
+    def cost(self) -> dict[str, float]:
+        """XLA's cost analysis summed over the calls (`flops`, `bytes accessed`), if given."""
+        if len(self._compiled) != len(self.calls):
+            self.compile()
+        total: dict[str, float] = {}
+        for compiled in self._compiled:
+            try:
+                analysis = compiled.cost_analysis()
+            except Exception:  # some backends give none; the figure is optional
+                return {}
+            if isinstance(analysis, list):
+                analysis = analysis[0] if analysis else {}
+            for name in ("flops", "bytes accessed"):
+                if name in (analysis or {}):
+                    total[name] = total.get(name, 0.0) + float(analysis[name])
+        return total
+
+
+def _placed(arg, device):
+    if isinstance(arg, LazyArray):
+        return arg
+    if isinstance(arg, jax.Array) and arg.sharding.device_set == {device}:
+        return arg
+    return jax.device_put(arg, device)
+
+
+def _abstract(arg, device):
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    dtype = jax.dtypes.canonicalize_dtype(arg.dtype)  # what device_put will make of it
+    return jax.ShapeDtypeStruct(np.shape(arg), dtype, sharding=sharding)
+
+
+def _compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
+    key = (call.key, device)
+    compiled = _CACHE.get(key)
+    if compiled is not None:
+        return compiled, False
+    with _LOCK:
+        compiled = _CACHE.get(key)
+        if compiled is not None:
+            return compiled, False
+        abstract = [_abstract(a, device) for a in call.args]
+        jitted = jax.jit(call.make(), donate_argnums=call.donate)
+        compiled = jitted.lower(*abstract).compile()
+        _CACHE[key] = compiled
+        _STATS["compiles"] += 1
+        return compiled, True

@@ -1,0 +1,175 @@
+"""`run(op, *args)`: an op compiled ahead of time, then timed honestly on a chosen device."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+
+from inspector.core.errors import InspectorError
+from inspector.core.plan import Call, Plan
+
+
+def devices() -> list[jax.Device]:
+    """Returns the devices JAX can run on here (`jax.devices()`), the default first."""
+    return list(jax.devices())
+
+
+def device_name(device: jax.Device) -> str:
+    """A device's short name, `platform:id` (`cpu:0`, `cuda:1`)."""
+    return f"{device.platform}:{device.id}"
+
+
+def resolve_device(device=None) -> jax.Device:
+    """Returns the `jax.Device` meant by `device`: a Device, a name like `"cpu:1"`, or None.
+
+    Raises:
+        InspectorError: no device has that name; the message lists the ones there are.
+    """
+    if device is None:
+        return jax.devices()[0]
+    if isinstance(device, jax.Device):
+        return device
+    names = {device_name(d): d for d in jax.devices()}
+    names.update({str(d): d for d in jax.devices()})
+    if isinstance(device, str) and device in names:
+        return names[device]
+    raise InspectorError(
+        f"No device named {device!r}. Devices here: {', '.join(map(device_name, jax.devices()))}."
+    )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one `run` did, and what it gave back.
+
+    Attributes:
+        op: the op's name.
+        result: the result tree (or packed tree).
+        device: where the result lives (`cpu:0`).
+        compile_seconds: time spent compiling kernels now (0.0 when all came from the cache).
+        n_compiled: kernels compiled by this run (0 when the cache had them all).
+        n_kernels: kernel calls per execution.
+        place_seconds: time to move the inputs onto the device (not in the timed runs).
+        times: each timed execution, in seconds, each ended by `block_until_ready`.
+        median_seconds, min_seconds, max_seconds: over `times`.
+        bytes_read, bytes_written: the op's own input and output bytes.
+        gbps: (bytes_read + bytes_written) / median, in GB/s (1e9 bytes).
+        cost: XLA's cost analysis summed over the kernels (`flops`, `bytes accessed`) when
+            the backend gives one, else empty.
+    """
+
+    op: str
+    result: object
+    device: str
+    compile_seconds: float
+    n_compiled: int
+    n_kernels: int
+    place_seconds: float
+    times: tuple[float, ...]
+    bytes_read: int
+    bytes_written: int
+    cost: dict
+
+    @property
+    def median_seconds(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def min_seconds(self) -> float:
+        return min(self.times)
+
+    @property
+    def max_seconds(self) -> float:
+        return max(self.times)
+
+    @property
+    def gbps(self) -> float:
+        return (self.bytes_read + self.bytes_written) / self.median_seconds / 1e9
+
+
+def block(result):
+    """Waits until every JAX array in `result` (a tree or packed tree) is computed."""
+    from inspector.core.packed import PackedTree
+
+    if isinstance(result, PackedTree):
+        result = result.buffers
+    return jax.block_until_ready(result)
+
+
+def run_once(plan: Plan):
+    """Compiles (or fetches) the plan's kernels, places its inputs and returns its result."""
+    plan.compile()
+    plan.place()
+    return plan.execute()
+
+
+def run(op: Callable, *args, device=None, repeats: int = 5, warmup: int = 1, **kwargs) -> RunResult:
+    """Runs `op(*args)` compiled ahead of time on `device`, and times it.
+
+    `op` is one of the inspector's ops (`weighted_sum`, `index`, `stack`, `unstack`) or any
+    JAX-traceable function of pytrees. Kernels are cached per (op, structure, shapes, dtypes,
+    static index pattern, device): a new weight or index start reuses them. Compilation is
+    timed apart; then `warmup` untimed executions, then `repeats` timed ones, each ended by
+    `block_until_ready`.
+
+    Raises:
+        InspectorError: bad inputs (see each op), or `repeats < 1`.
+    """
+    if repeats < 1:
+        raise InspectorError(f"repeats must be at least 1, got {repeats}.")
+    device = resolve_device(device)
+    planner = getattr(op, "plan", None)
+    plan = planner(*args, device=device, **kwargs) if planner else _function_plan(
+        op, args, kwargs, device)
+    compile_seconds, n_compiled = plan.compile()
+    place_seconds = plan.place()
+    result = None
+    for _ in range(warmup):
+        result = block(plan.execute())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = block(plan.execute())
+        times.append(time.perf_counter() - start)
+    return RunResult(
+        op=plan.op,
+        result=result,
+        device=device_name(device),
+        compile_seconds=compile_seconds,
+        n_compiled=n_compiled,
+        n_kernels=len(plan.calls),
+        place_seconds=place_seconds,
+        times=tuple(times),
+        bytes_read=plan.bytes_read,
+        bytes_written=plan.bytes_written,
+        cost=plan.cost(),
+    )
+
+
+def _function_plan(fn: Callable, args: tuple, kwargs: dict, device) -> Plan:
+    """A plan for an arbitrary JAX function: one kernel over all its flattened inputs."""
+    import numpy as np
+
+    from inspector.core.validate import flatten, signature
+
+    leaves, treedef = flatten((args, kwargs))
+    key = ("function", fn, signature(leaves, treedef))
+
+    def make():
+        def flat_fn(*xs):
+            a, kw = treedef.unflatten(xs)
+            return fn(*a, **kw)
+
+        return flat_fn
+
+    arrays = [np.asarray(x) if not hasattr(x, "dtype") else x for x in leaves]
+    nbytes = sum(int(np.prod(np.shape(x))) * np.dtype(x.dtype).itemsize for x in arrays)
+    out_shape = jax.eval_shape(fn, *args, **kwargs)
+    written = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+                  for x in jax.tree_util.tree_leaves(out_shape))
+    name = getattr(fn, "__name__", "function")
+    return Plan(name, device, [Call(key, make, arrays)], lambda outs: outs[0], nbytes, written)

@@ -1,0 +1,133 @@
+"""`stack(trees)` / `unstack(tree)`: list-of-trees to tree-of-stacked-arrays, and back.
+
+The vmap-ensemble move: `jax.vmap` cannot map over a Python list of parameter trees, but it
+can over one tree whose leaves carry a leading model axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inspector.core import validate
+from inspector.core.describe import leaf_info
+from inspector.core.errors import InspectorError, StructureMismatchError, bullet_list
+from inspector.core.plan import Call, Plan
+from inspector.core.runner import resolve_device, run_once
+
+
+def _stack_kernel(*xs):
+    return jnp.stack(xs)
+
+
+def _unstack_kernel(k: int):
+    def kernel(x):
+        return tuple(x[i] for i in range(k))
+
+    return kernel
+
+
+def plan_stack(trees, device=None) -> Plan:
+    """Validates the trees and returns the `Plan` that stacks them.
+
+    Raises:
+        InspectorError: no trees given.
+        StructureMismatchError: the trees differ; every differing path with both shapes.
+    """
+    trees = list(trees)
+    if not trees:
+        raise InspectorError("Cannot stack no trees: give a list of one or more trees.")
+    action = f"Cannot stack {len(trees)} trees"
+    validate.check_same_structure(trees, action)
+    device = resolve_device(device)
+    flat = [validate.flatten(t) for t in trees]
+    treedef = flat[0][1]
+    columns = [validate.check_array_leaves(t, leaves, action)
+               for t, (leaves, _) in zip(trees, flat, strict=True)]
+    k = len(trees)
+    calls, nbytes = [], 0
+    for i, x in enumerate(columns[0]):
+        dtype = jax.dtypes.canonicalize_dtype(x.dtype)
+        key = ("stack", k, tuple(x.shape), str(dtype))
+        calls.append(Call(key, lambda: _stack_kernel, [col[i] for col in columns]))
+        nbytes += k * math.prod(x.shape) * np.dtype(dtype).itemsize
+    return Plan("stack", device, calls, treedef.unflatten, nbytes, nbytes)
+
+
+def plan_unstack(tree, device=None) -> Plan:
+    """Validates that every leaf has the same leading size and returns the unstacking `Plan`.
+
+    Raises:
+        StructureMismatchError: leaves have no leading axis or different leading sizes; every
+            such key path is listed with its shape.
+    """
+    device = resolve_device(device)
+    leaves, treedef = validate.flatten(tree)
+    action = "Cannot unstack the tree"
+    leaves = validate.check_array_leaves(tree, leaves, action)
+    paths = validate.key_paths(tree)
+    shapes = [leaf_info(x)[0] for x in leaves]
+    sizes = {s[0] for s in shapes if s}
+    scalars = [p for p, s in zip(paths, shapes, strict=True) if not s]
+    if scalars or len(sizes) > 1:
+        common = max(sizes, key=lambda n: sum(1 for s in shapes if s and s[0] == n)) if sizes \
+            else None
+        lines = [f"{p}: shape {s}, no leading axis" for p, s in zip(paths, shapes, strict=True)
+                 if not s]
+        lines += [f"{p}: shape {s}, leading size {s[0]}"
+                  for p, s in zip(paths, shapes, strict=True) if s and s[0] != common]
+        raise StructureMismatchError(
+            f"{action}: {len(lines)} leaves do not share the leading size {common} of the rest.\n"
+            + bullet_list(lines)
+            + "\nUnstacking splits every leaf along axis 0, so all leaves need the same size there."
+        )
+    if not leaves:
+        raise InspectorError(f"{action}: it has no array leaves to split.")
+    k = sizes.pop()
+    calls, nbytes = [], 0
+    for x in leaves:
+        dtype = jax.dtypes.canonicalize_dtype(x.dtype)
+        calls.append(Call(("unstack", k, tuple(x.shape), str(dtype)),
+                          lambda k=k: _unstack_kernel(k), [x]))
+        nbytes += math.prod(x.shape) * np.dtype(dtype).itemsize
+
+    def assemble(outputs):
+        return [treedef.unflatten([out[i] for out in outputs]) for i in range(k)]
+
+    return Plan("unstack", device, calls, assemble, nbytes, nbytes)
+
+
+def stack(trees, device=None):
+    """Returns one tree whose leaves stack the trees' leaves along a new leading axis.
+
+    `stack([t0, t1, t2])` has leaves `jnp.stack([t0_leaf, t1_leaf, t2_leaf])`: a list of K model
+    parameter trees becomes the struct-of-arrays that `jax.vmap(..., in_axes=0)` maps over.
+
+    Raises:
+        StructureMismatchError: the trees differ; every differing key path is listed with the
+            shapes (or dtypes, or types) on both sides.
+
+    >>> out = stack([{"w": np.zeros(2)}, {"w": np.ones(2)}])
+    >>> out["w"].shape, out["w"].tolist()
+    ((2, 2), [[0.0, 0.0], [1.0, 1.0]])
+    """
+    return run_once(plan_stack(trees, device))
+
+
+def unstack(tree, device=None) -> list:
+    """Returns the list of trees that `stack` would turn into `tree` (its exact inverse).
+
+    Raises:
+        StructureMismatchError: some leaves lack a leading axis or differ in its size.
+
+    >>> [t["w"].tolist() for t in unstack({"w": np.arange(4).reshape(2, 2)})]
+    [[0, 1], [2, 3]]
+    """
+    return run_once(plan_unstack(tree, device))
+
+
+stack.plan = plan_stack
+unstack.plan = plan_unstack

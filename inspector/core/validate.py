@@ -1,0 +1,104 @@
+"""Python-side checks run before any op: they name every bad key path at once.
+
+JAX's own shape errors carry no key path, and the first one hides the rest; these checks read
+only shapes and dtypes (never data), so they are cheap even for lazy checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import jax
+import numpy as np
+
+from inspector.core.describe import leaf_info
+from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, TYPE, diff
+from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
+from inspector.core.packed import PackedTree
+
+_NOUNS = {SHAPE: "differ in shape", DTYPE: "differ in dtype", MISSING: "are missing",
+          EXTRA: "are extra", TYPE: "differ in container type"}
+
+
+def flatten(tree) -> tuple[list, jax.tree_util.PyTreeDef]:
+    """`jax.tree.flatten`, with packed trees seen as the tree they hold."""
+    if isinstance(tree, PackedTree):
+        return tree.leaves(), tree.layout.treedef
+    return jax.tree_util.tree_flatten(tree)
+
+
+def signature(leaves: list, treedef) -> tuple:
+    """The structure, shapes and dtypes of a flattened tree (what a compile depends on)."""
+    return treedef, tuple(leaf_info(x)[:2] for x in leaves)
+
+
+def check_same_structure(trees: list, action: str) -> None:
+    """Raises unless every tree has the structure, leaf shapes and dtypes of `trees[0]`.
+
+    Args:
+        trees: two or more pytrees (or packed trees).
+        action: what needs the match, for the message (`"Cannot stack 4 trees"`).
+
+    Raises:
+        StructureMismatchError: lists every differing key path, with both sides.
+    """
+    if all(isinstance(t, PackedTree) for t in trees):
+        if all(t.layout == trees[0].layout for t in trees[1:]):
+            return
+    else:
+        flat = [flatten(t) for t in trees]
+        sig0 = signature(*flat[0])
+        if all(signature(*f) == sig0 for f in flat[1:]):
+            return
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for k, tree in enumerate(trees[1:], start=1):
+        for d in diff(trees[0], tree):
+            where = d.path or "(root)"
+            if d.kind == MISSING:
+                line = f"{where}: in tree 0 ({d.a}), missing from tree {k}"
+            elif d.kind == EXTRA:
+                line = f"{where}: in tree {k} ({d.b}), not in tree 0"
+            else:
+                line = f"{where}: {d.a} in tree 0, {d.b} in tree {k}"
+            by_kind[d.kind].append(line)
+    n = sum(len(v) for v in by_kind.values())
+    counts = ", ".join(f"{len(v)} {_NOUNS[kind]}" for kind, v in by_kind.items())
+    lines = [line for v in by_kind.values() for line in v]
+    raise StructureMismatchError(
+        f"{action}: {n} {'difference' if n == 1 else 'differences'} ({counts}).\n"
+        + bullet_list(lines)
+        + "\nEvery tree needs the same structure, leaf shapes and dtypes as tree 0."
+    )
+
+
+def check_array_leaves(tree, leaves: list, action: str) -> list:
+    """Returns the leaves as arrays (numbers become 0-d arrays, lazy leaves stay lazy).
+
+    Raises:
+        UnsupportedLeafError: some leaves are not arrays or numbers; lists each key path.
+    """
+    out = []
+    bad = []
+    for i, leaf in enumerate(leaves):
+        shape, dtype, _, _ = leaf_info(leaf)
+        if shape is None:
+            bad.append(i)
+        elif not hasattr(leaf, "shape"):
+            out.append(np.asarray(leaf, dtype=dtype))
+        else:
+            out.append(leaf)
+    if bad:
+        paths = key_paths(tree)
+        raise UnsupportedLeafError(
+            f"{action}: {len(bad)} leaves are not arrays.\n"
+            + bullet_list(f"{paths[i]}: {type(leaves[i]).__name__}" for i in bad)
+            + "\nOperations need array or number leaves; None subtrees are kept as they are."
+        )
+    return out
+
+
+def key_paths(tree) -> list[str]:
+    """The key path of every leaf, in flattening order."""
+    if isinstance(tree, PackedTree):
+        tree = tree.structure()
+    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
