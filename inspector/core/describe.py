@@ -88,10 +88,13 @@ def describe(tree) -> list[Row]:
     Packed trees (`inspector.pack`) are described as the tree they hold.
 
     >>> rows = describe({"b": np.zeros((2, 3), np.float32), "a": [1, None]})
-    >>> [(r.path, r.kind, r.shape, r.dtype, r.n_params) for r in rows]  # doctest: +NORMALIZE_WHITESPACE
-    [('', 'dict', None, None, 8), ("['a']", 'list', None, None, 1),
-     ("['a'][0]", 'leaf', (), 'int32', 1), ("['a'][1]", 'None', None, None, 0),
-     ("['b']", 'leaf', (2, 3), 'float32', 6)]
+    >>> for r in rows:
+    ...     print(repr(r.path), r.kind, r.shape, r.dtype, r.n_params)
+    '' dict None None 7
+    "['a']" list None None 1
+    "['a'][0]" leaf () int32 1
+    "['a'][1]" None None None 0
+    "['b']" leaf (2, 3) float32 6
     """
     from inspector.core.packed import PackedTree
 

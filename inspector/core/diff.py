@@ -40,7 +40,8 @@ class Difference:
         if self.kind == EXTRA:
             return f"{where}: only in the second tree ({self.b})"
         if self.kind == VALUE:
-            return f"{where}: values differ, max |a-b| = {self.max_abs:.6g}, rel L2 = {self.rel_l2:.3g}"
+            return (f"{where}: values differ, max |a-b| = {self.max_abs:.6g}, "
+                    f"rel L2 = {self.rel_l2:.3g}")
         return f"{where}: {self.kind} {self.a} vs {self.b}"
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from inspector.core import nodes, validate
+from inspector.core import nodes
 from inspector.core.describe import leaf_info
 from inspector.core.errors import (
     IndexOutOfRangeError,
@@ -157,8 +157,8 @@ def _pair(index_tree, tree, path: str, out: list, mismatches: list) -> None:
         missing = [k for k in by_key if k not in keys_i]
         extra = [k for k in keys_i if k not in by_key]
         detail = "; ".join(filter(None, [
-            missing and f"no index for {', '.join(missing)}",
-            extra and f"{', '.join(extra)} not in the tree",
+            missing and f"no index for {', '.join(path + k for k in missing)}",
+            extra and f"{', '.join(path + k for k in extra)} not in the tree",
         ]))
         mismatches.append(f"{path or '(root)'}: {detail}")
         return

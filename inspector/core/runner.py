@@ -95,9 +95,8 @@ def block(result):
     """Waits until every JAX array in `result` (a tree or packed tree) is computed."""
     from inspector.core.packed import PackedTree
 
-    if isinstance(result, PackedTree):
-        result = result.buffers
-    return jax.block_until_ready(result)
+    jax.block_until_ready(result.buffers if isinstance(result, PackedTree) else result)
+    return result
 
 
 def run_once(plan: Plan):

@@ -125,8 +125,12 @@ def _weight_arrays(weights, integral, dtypes) -> dict:
     return out
 
 
+def _numeric(dtype) -> bool:
+    return dtype == np.bool_ or bool(jnp.issubdtype(dtype, jnp.number))  # bfloat16 included
+
+
 def _check_numeric(dtypes_by_path: dict[str, str], action: str) -> None:
-    bad = {p: d for p, d in dtypes_by_path.items() if np.dtype(d).kind not in "biufc"}
+    bad = {p: d for p, d in dtypes_by_path.items() if not _numeric(np.dtype(d))}
     if bad:
         raise UnsupportedLeafError(
             f"{action}: {len(bad)} leaves are not numeric.\n"
@@ -141,7 +145,7 @@ def _leaf_plan(trees, weights, integral, device, action) -> Plan:
                zip(trees, flat, strict=True)]
     first = columns[0]
     dtypes = {str(jax.dtypes.canonicalize_dtype(x.dtype)) for x in first}
-    if any(np.dtype(d).kind not in "biufc" for d in dtypes):
+    if not all(_numeric(np.dtype(d)) for d in dtypes):
         paths = validate.key_paths(trees[0])
         _check_numeric({p: str(np.dtype(x.dtype)) for p, x in zip(paths, first, strict=True)},
                        action)
@@ -165,7 +169,7 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
     layout: Layout = trees[0].layout
     paths = None
     for group in layout.sizes:
-        if np.dtype(trees[0].buffers[group].dtype).kind not in "biufc":
+        if not _numeric(np.dtype(trees[0].buffers[group].dtype)):
             paths = paths or validate.key_paths(trees[0])
             _check_numeric({p: s.dtype for p, s in zip(paths, layout.slots, strict=True)}, action)
     w_by_dtype = {g: _weight_arrays(weights, integral, [str(trees[0].buffers[g].dtype)])[

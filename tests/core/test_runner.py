@@ -1,0 +1,132 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import inspector
+from inspector import InspectorError, run, weighted_sum
+
+
+def tree(seed, n=6, shape=(64, 32)):
+    rng = np.random.default_rng(seed)
+    return {f"layer{i}": {"w": rng.normal(size=shape).astype(np.float32),
+                          "b": rng.normal(size=shape[:1]).astype(np.float32)} for i in range(n)}
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_new_weights_never_recompile(compiles, packed):
+    trees = [tree(s) for s in range(3)]
+    if packed:
+        trees = [inspector.pack(t) for t in trees]
+    first = run(weighted_sum, trees, [1.0, 2.0, 3.0], repeats=2)
+    assert first.n_kernels == (1 if packed else 12)
+    with compiles() as c:
+        results = [run(weighted_sum, trees, [float(w), np.float32(0.5), 1], repeats=2)
+                   for w in np.linspace(-1, 1, 20)]
+    assert c.count == 0
+    assert all(r.n_compiled == 0 and r.compile_seconds == 0.0 for r in results)
+    # ...and each run used its own weights.
+    last = results[-1].result.unpack() if packed else results[-1].result
+    src = [t.unpack() if packed else t for t in trees]
+    ref = 1.0 * src[0]["layer3"]["w"] + 0.5 * src[1]["layer3"]["w"] + 1 * src[2]["layer3"]["w"]
+    np.testing.assert_allclose(np.asarray(last["layer3"]["w"]), ref, rtol=1e-6)
+
+
+def test_compiles_once_per_distinct_leaf_shape_not_per_leaf(compiles):
+    inspector.clear_cache()
+    # 200 leaves, 2 distinct shapes: 2 kernels, however many leaves.
+    trees = [tree(s, n=100, shape=(7, 5)) for s in range(2)]
+    with compiles() as c:
+        r = run(weighted_sum, trees, [0.5, 0.5], repeats=1)
+    assert r.n_kernels == 200 and r.n_compiled == 2 and c.count == 2
+
+
+def test_run_result_reports_timing_bytes_and_cost():
+    trees = [inspector.pack(tree(s)) for s in range(2)]
+    r = run(weighted_sum, trees, [0.5, 0.5], repeats=7)
+    n = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(trees[0].unpack()))
+    assert r.op == "weighted_sum" and r.device == "cpu:0"
+    assert len(r.times) == 7 and r.min_seconds <= r.median_seconds <= r.max_seconds
+    assert r.bytes_read == 2 * 4 * n and r.bytes_written == 4 * n
+    assert r.gbps == pytest.approx((r.bytes_read + r.bytes_written) / r.median_seconds / 1e9)
+    assert r.cost["flops"] >= 2 * n  # XLA counts the multiply-adds
+    assert r.cost["bytes accessed"] >= r.bytes_read + r.bytes_written
+
+
+def test_repeated_runs_reuse_the_donated_output_and_keep_the_last_result():
+    trees = [inspector.pack({"x": np.full(10, float(i), np.float32)}) for i in range(2)]
+    r = run(weighted_sum, trees, [1.0, 10.0], repeats=5)
+    assert r.result.unpack()["x"].tolist() == [10.0] * 10
+
+
+def test_s4_state_in_state_out_compiles_once(compiles):
+    def gd_step(state):
+        x, lr = state
+        return (x - lr * 2 * x, lr)
+
+    state = (jnp.float32(5.0), jnp.float32(0.1))
+    seen = []
+    with compiles() as c:
+        for _ in range(5):
+            state = run(gd_step, state, repeats=1, warmup=0).result
+            seen.append(round(float(state[0]), 4))
+    assert seen == [4.0, 3.2, 2.56, 2.048, 1.6384]
+    assert c.count == 1
+
+    def running_mean(state, x):
+        total, count = state
+        return (total + x, count + 1)
+
+    state = (jnp.float32(0), jnp.int32(0))
+    for x in [1.0, 2.0, 6.0]:
+        state = run(running_mean, state, jnp.float32(x), repeats=1, warmup=0).result
+    assert float(state[0]) / int(state[1]) == 3.0
+
+
+def test_bad_device_and_repeats():
+    with pytest.raises(InspectorError, match="No device named 'tpu:7'. Devices here: cpu:0"):
+        run(weighted_sum, [{"a": 1.0}], [1.0], device="tpu:7")
+    with pytest.raises(InspectorError, match="repeats must be at least 1"):
+        run(weighted_sum, [{"a": 1.0}], [1.0], repeats=0)
+
+
+def test_devices_lists_jax_devices():
+    assert inspector.devices() == jax.devices()
+
+
+_MULTI_DEVICE = textwrap.dedent("""
+    import json, numpy as np, jax, inspector
+    t = [{"w": np.arange(6.0, dtype=np.float32).reshape(2, 3)} for _ in range(2)]
+    out = {"devices": [f"{d.platform}:{d.id}" for d in inspector.devices()]}
+    for name in ("cpu:2", "cpu:3"):
+        r = inspector.run(inspector.weighted_sum, t, [1.0, 2.0], device=name, repeats=2)
+        leaf = r.result["w"]
+        out[name] = [r.device, sorted(str(d) for d in leaf.devices()), leaf.tolist()]
+    p = inspector.run(inspector.weighted_sum, [inspector.pack(x) for x in t], [1, 1],
+                      device=jax.devices()[1])
+    out["packed"] = sorted(f"{d.platform}:{d.id}" for d in p.result.devices)
+    s = inspector.stack(t, device="cpu:3")
+    out["stack"] = sorted(str(d) for d in s["w"].devices())
+    print(json.dumps(out))
+""")
+
+
+def test_ops_run_on_the_chosen_device_of_four():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _MULTI_DEVICE], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["devices"] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    expected = (3 * np.arange(6.0).reshape(2, 3)).tolist()
+    assert out["cpu:2"] == ["cpu:2", ["cpu:2"], expected]
+    assert out["cpu:3"] == ["cpu:3", ["cpu:3"], expected]
+    assert out["packed"] == ["cpu:1"]
+    assert out["stack"] == ["cpu:3"]
