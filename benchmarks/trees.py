@@ -8,7 +8,7 @@ import numpy as np
 def transformer_like(n_params: float, n_layers: int = 12, dtype=np.float32, seed: int = 0) -> dict:
     """A tree of about `n_params` parameters: embeddings plus `n_layers` blocks of
     attention (q, k, v, o), MLP (w1, b1, w2, b2) and two layer norms (12 leaves per block)."""
-    d = max(4, int(round((n_params / (12 * n_layers + 2 * 64)) ** 0.5)))
+    d = max(4, int(round((n_params / (12 * n_layers)) ** 0.5)))  # 12 d^2 weights per block
     rng = np.random.default_rng(seed)
 
     def arr(*shape):

@@ -153,7 +153,7 @@ def _compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
         if compiled is not None:
             return compiled, False
         abstract = [_abstract(a, device) for a in call.args]
-        jitted = jax.jit(call.make(), donate_argnums=call.donate)
+        jitted = jax.jit(call.make(), donate_argnums=call.donate, keep_unused=True)
         compiled = jitted.lower(*abstract).compile()
         _CACHE[key] = compiled
         _STATS["compiles"] += 1
