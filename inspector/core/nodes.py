@@ -26,7 +26,7 @@ _ARRAY_TYPES = (np.ndarray, np.generic, jax.Array, LazyArray, jax.ShapeDtypeStru
 _SCALAR_TYPES = (bool, int, float, complex)
 
 
-def _sorted_keys(d: dict) -> list:
+def sorted_keys(d: dict) -> list:
     # JAX sorts dict keys when they are sortable and keeps insertion order otherwise.
     try:
         return sorted(d)
@@ -42,7 +42,7 @@ def children(node):
     """
     t = type(node)
     if t is dict:
-        return DICT, [(f"[{k!r}]", node[k]) for k in _sorted_keys(node)]
+        return DICT, [(f"[{k!r}]", node[k]) for k in sorted_keys(node)]
     if t is list:
         return LIST, [(f"[{i}]", c) for i, c in enumerate(node)]
     if t is tuple:

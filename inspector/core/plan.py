@@ -87,12 +87,13 @@ class Plan:
     def place(self) -> float:
         """Moves array arguments onto the device (lazy leaves wait); returns the seconds."""
         start = time.perf_counter()
+        unique = {id(a): a for c in self.calls for a in c.args if _needs_move(a, self.device)}
+        # One batched transfer of each distinct array (the weights are shared by every call):
+        # a device_put per array costs ~50 us, a second at 20,000 leaves.
+        moved = dict(zip(unique, jax.device_put(list(unique.values()), self.device), strict=True))
         for call in self.calls:
-            call.args = [_placed(a, self.device) for a in call.args]
-        for call in self.calls:
-            for a in call.args:
-                if isinstance(a, jax.Array):
-                    a.block_until_ready()
+            call.args = [moved.get(id(a), a) for a in call.args]
+        jax.block_until_ready(list(moved.values()))
         return time.perf_counter() - start
 
     def execute(self):
@@ -129,12 +130,10 @@ class Plan:
         return total
 
 
-def _placed(arg, device):
+def _needs_move(arg, device) -> bool:
     if isinstance(arg, LazyArray):
-        return arg
-    if isinstance(arg, jax.Array) and arg.sharding.device_set == {device}:
-        return arg
-    return jax.device_put(arg, device)
+        return False  # read and placed when its call runs, so checkpoints stream
+    return not (isinstance(arg, jax.Array) and arg.sharding.device_set == {device})
 
 
 def _abstract(arg, device):
