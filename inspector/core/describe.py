@@ -44,6 +44,12 @@ class Row(NamedTuple):
     device: str | None
 
 
+def device_name(device) -> str:
+    """A device's short name as JAX prints it (`cpu:0`, `cuda:1`)."""
+    name = str(device)
+    return name if ":" in name else f"{device.platform}:{device.id}"
+
+
 _DTYPE_NAMES: dict = {}
 
 
@@ -74,7 +80,7 @@ def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None
     device = None
     if isinstance(leaf, _JAX_ARRAY):
         devs = leaf.sharding.device_set
-        device = str(next(iter(devs))) if len(devs) == 1 else f"{len(devs)} devices"
+        device = device_name(next(iter(devs))) if len(devs) == 1 else f"{len(devs)} devices"
     return shape, dtype_name(dtype), math.prod(shape) * np.dtype(dtype).itemsize, device
 
 

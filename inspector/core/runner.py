@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import jax
 
+from inspector.core.describe import device_name
 from inspector.core.errors import InspectorError
 from inspector.core.plan import Call, Plan
 
@@ -16,11 +17,6 @@ from inspector.core.plan import Call, Plan
 def devices() -> list[jax.Device]:
     """Returns the devices JAX can run on here (`jax.devices()`), the default first."""
     return list(jax.devices())
-
-
-def device_name(device: jax.Device) -> str:
-    """A device's short name, `platform:id` (`cpu:0`, `cuda:1`)."""
-    return f"{device.platform}:{device.id}"
 
 
 def resolve_device(device=None) -> jax.Device:
@@ -33,8 +29,8 @@ def resolve_device(device=None) -> jax.Device:
         return jax.devices()[0]
     if isinstance(device, jax.Device):
         return device
-    names = {device_name(d): d for d in jax.devices()}
-    names.update({str(d): d for d in jax.devices()})
+    names = {f"{d.platform}:{d.id}": d for d in jax.devices()}  # also `gpu:0` for `cuda:0`
+    names.update({device_name(d): d for d in jax.devices()})
     if isinstance(device, str) and device in names:
         return names[device]
     raise InspectorError(

@@ -80,7 +80,7 @@ def test_kinds_shapes_dtypes_and_totals():
     assert rows["['a'][1]"].dtype == "float32"
     assert rows["['a'][2]"].kind == "None" and rows["['a'][2]"].n_leaves == 0
     assert rows["['p']"].kind == "namedtuple" and rows["['p']"].type_name == "Point"
-    assert rows["['p'].y"].dtype == "bfloat16" and rows["['p'].y"].device == "cpu:0"
+    assert rows["['p'].y"].dtype == "bfloat16" and rows["['p'].y"].device == str(jax.devices()[0])
     assert rows["['lin']"].kind == "dataclass"
     assert rows["['lin'].w"].shape == (3, 2) and rows["['lin'].w"].nbytes == 12
     assert rows["['nk']"].kind == "custom"
