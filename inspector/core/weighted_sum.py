@@ -115,14 +115,10 @@ def plan_weighted_sum(trees, weights, device=None) -> Plan:
     return _leaf_plan(trees, weights, integral, device, action)
 
 
-def _weight_arrays(weights, integral, dtypes) -> dict:
-    # Traced arguments, canonicalised per dtype: Python floats and np.float32 would otherwise
-    # compile twice, and weights baked into the kernel would recompile on every change.
-    out = {}
-    for dtype in dtypes:
-        _, _, w_dtype = _dtypes(np.dtype(dtype), integral)
-        out[str(dtype)] = np.asarray(weights, dtype=w_dtype)
-    return out
+def _weight_array(weights, integral: bool, dtype) -> np.ndarray:
+    # A traced argument in one canonical dtype per leaf dtype: Python floats and np.float32
+    # would otherwise compile twice, and weights baked into the kernel recompile on every change.
+    return np.asarray(weights, dtype=_dtypes(np.dtype(dtype), integral)[2])
 
 
 def _numeric(dtype) -> bool:
@@ -149,7 +145,7 @@ def _leaf_plan(trees, weights, integral, device, action) -> Plan:
         paths = validate.key_paths(trees[0])
         _check_numeric({p: str(np.dtype(x.dtype)) for p, x in zip(paths, first, strict=True)},
                        action)
-    w_by_dtype = _weight_arrays(weights, integral, dtypes)
+    w_by_dtype = {d: _weight_array(weights, integral, d) for d in dtypes}
     k = len(trees)
     calls = []
     read = written = 0
@@ -167,13 +163,9 @@ def _leaf_plan(trees, weights, integral, device, action) -> Plan:
 
 def _packed_plan(trees, weights, integral, device, action) -> Plan:
     layout: Layout = trees[0].layout
-    paths = None
-    for group in layout.sizes:
-        if not _numeric(np.dtype(trees[0].buffers[group].dtype)):
-            paths = paths or validate.key_paths(trees[0])
-            _check_numeric({p: s.dtype for p, s in zip(paths, layout.slots, strict=True)}, action)
-    w_by_dtype = {g: _weight_arrays(weights, integral, [str(trees[0].buffers[g].dtype)])[
-        str(trees[0].buffers[g].dtype)] for g in layout.sizes}
+    if not all(_numeric(np.dtype(b.dtype)) for b in trees[0].buffers.values()):
+        paths = validate.key_paths(trees[0])
+        _check_numeric({p: s.dtype for p, s in zip(paths, layout.slots, strict=True)}, action)
     k = len(trees)
     calls = []
     read = written = 0
@@ -182,7 +174,8 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
         acc, out, _ = _dtypes(np.dtype(dtype), integral)
         buffer = jnp.zeros((size,), out, device=device)
         key = ("weighted_sum_packed", k, size, str(dtype), str(acc), str(out))
-        args = [buffer, w_by_dtype[group], *(t.buffers[group] for t in trees)]
+        weights_array = _weight_array(weights, integral, dtype)
+        args = [buffer, weights_array, *(t.buffers[group] for t in trees)]
         calls.append(Call(key, lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out), args,
                           donate=(0,), carry=True))
         read += k * size * np.dtype(dtype).itemsize
