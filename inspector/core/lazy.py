@@ -69,7 +69,11 @@ class LazyArray:
 
     def __array__(self, dtype=None, copy=None):
         value = self.read()
-        return value if dtype is None else value.astype(dtype, copy=False)
+        if dtype is not None:
+            value = value.astype(dtype, copy=bool(copy))
+        elif copy:
+            value = value.copy()  # readers may hand back a read-only memory map
+        return value
 
     def __repr__(self) -> str:
         return f"LazyArray({self.dtype}{list(self.shape)}, source={self.source!r})"

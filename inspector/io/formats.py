@@ -1,0 +1,112 @@
+"""`load` and `save`: one entry point per direction, dispatching on the sniffed format."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inspector.core.errors import InspectorError
+from inspector.io import (
+    hdf5_format,
+    msgpack_format,
+    nesting,
+    npz_format,
+    orbax_format,
+    safetensors_format,
+    torch_format,
+)
+from inspector.io.file_error import file_error
+from inspector.io.sniff import sniff
+
+LOADERS: dict[str, Callable[[str | os.PathLike], Any]] = {
+    "safetensors": safetensors_format.load,
+    "safetensors-index": safetensors_format.load_index,
+    "npy": npz_format.load_npy,
+    "npz": npz_format.load_npz,
+    "orbax": orbax_format.load,
+    "flax-msgpack": msgpack_format.load,
+    "hdf5": hdf5_format.load,
+    "torch": torch_format.load_zip,
+    "torch-legacy": torch_format.load_legacy,
+}
+"""The reader of each format `sniff` names."""
+
+SAVERS: dict[str, Callable[[dict[str, Any], str | os.PathLike], None]] = {
+    "safetensors": safetensors_format.save,
+    "npz": npz_format.save,
+}
+"""The writer of each format `save` writes, by name; the file suffix picks one by default."""
+
+_SUFFIXES = {".safetensors": "safetensors", ".npz": "npz"}
+
+
+def load(path: str | os.PathLike) -> Any:
+    """Returns the pytree stored at `path`, whatever its format, with lazy array leaves.
+
+    The format is told by content (see `sniff`), not by suffix. Leaves are `LazyArray`s:
+    shape, dtype and nbytes are known at once; data is read when a leaf is used
+    (`np.asarray(leaf)`), and only for the leaves used.
+
+    Args:
+        path: a checkpoint file, or an orbax checkpoint folder.
+
+    Returns:
+        The tree: nested dicts (and lists, for formats that record them) of `LazyArray`
+        leaves, plus the plain Python values some formats store (numbers, strings).
+
+    Raises:
+        LoadError: the path does not exist, is not a format the inspector reads, or is damaged;
+            the message names the file and the problem.
+
+    >>> import tempfile, numpy as np
+    >>> path = save({"w": np.eye(2, dtype=np.float32)}, f"{tempfile.mkdtemp()}/m.safetensors")
+    >>> tree = load(path)
+    >>> tree["w"].shape, tree["w"].dtype, np.asarray(tree["w"]).tolist()
+    ((2, 2), dtype('float32'), [[1.0, 0.0], [0.0, 1.0]])
+    """
+    fmt = sniff(path)
+    try:
+        return LOADERS[fmt](path)
+    except InspectorError:
+        raise
+    except Exception as exc:  # a format library's own error: still say which file, and why
+        raise file_error(
+            path,
+            f"reading it as {fmt} failed ({type(exc).__name__}: {exc})",
+            "The file is damaged, or was written by a version this reader does not know.",
+        ) from exc
+
+
+def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:
+    """Writes a tree of arrays as safetensors or npz; returns the path written.
+
+    Nested dict keys and list/tuple positions are joined with "." into flat names
+    (`{"layers": [{"w": x}]}` -> `"layers.0.w"`); `load` splits them again, so
+    `load(save(tree, p))` has the same values, dtypes (bfloat16 included) and dict nesting,
+    with lists and tuples as dicts keyed "0", "1", ... None and empty containers are skipped.
+
+    Args:
+        tree: nested dicts, lists and tuples whose leaves are NumPy arrays, JAX arrays,
+            `LazyArray`s or Python / NumPy scalars.
+        path: the file to write (replaced if it exists, only once writing succeeded).
+        format: "safetensors" or "npz"; by default taken from the suffix of `path`.
+
+    Returns:
+        `path`, as a `pathlib.Path`.
+
+    Raises:
+        InspectorError: the format is unknown, a leaf is not an array or a key contains "." or
+            "/" (every offending key path is named), or a dtype cannot be stored.
+    """
+    path = Path(path)
+    fmt = format or _SUFFIXES.get(path.suffix)
+    if fmt not in SAVERS:
+        raise InspectorError(
+            f"Cannot save {path}: "
+            + (f"unknown format {format!r}" if format else f"no format for suffix {path.suffix!r}")
+            + ".\nUse a .safetensors or .npz suffix, or pass format='safetensors' / 'npz'."
+        )
+    SAVERS[fmt](nesting.flatten(tree), path)
+    return path

@@ -1,0 +1,104 @@
+"""HDF5 files (Keras `.h5` weights included): groups become dicts, datasets lazy leaves.
+
+Structure comes from HDF5's own metadata through h5py's low-level API: one `H5Ovisit` pass
+lists every group and dataset, then each dataset is opened for its shape and dtype only. (The
+high-level `File[...]` objects cost about 0.3 ms each: 120 ms for a 400-leaf model, against
+about 15 ms here.) A dataset's data is read when its leaf is used, by opening the file again.
+
+A dataset with the attribute `dtype="bfloat16"` (Keras' convention: h5py stores bfloat16 as
+2-byte opaque data) comes back as bfloat16, and likewise for the other ml_dtypes names.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from inspector.core.lazy import LazyArray
+from inspector.io.dtypes import ML_DTYPE_NAMES, dtype_from_name
+from inspector.io.file_error import file_error
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Returns the groups of an HDF5 file as nested dicts, each dataset a `LazyArray`.
+
+    Args:
+        path: an HDF5 file (`.h5`, `.hdf5`, Keras `.weights.h5`).
+
+    Returns:
+        Nested dicts keyed by group and dataset names. String datasets (names, config) are
+        read at once, as str or a NumPy array of str. Datasets that hold no array (object
+        references, variable-length sequences, empty dataspaces) are left out; soft and
+        external links are not followed; an object reachable by two names shows under the
+        first.
+
+    Raises:
+        LoadError: h5py cannot open the file.
+    """
+    import h5py
+
+    try:
+        fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDONLY)
+    except OSError as exc:
+        raise file_error(
+            path,
+            f"h5py cannot read it ({exc})",
+            "The file is truncated or damaged; save it again.",
+        ) from exc
+    try:
+        found: list[tuple[bytes, int]] = []
+        # list first, open afterwards: opening datasets inside the visit callback is 3x slower
+        h5py.h5o.visit(fid, lambda name, info: found.append((name, info.type)), info=True)
+        root: dict[str, Any] = {}
+        source = os.fspath(path)
+        for raw_name, kind in found:
+            if raw_name == b".":
+                continue
+            parts = raw_name.decode("utf-8", "replace").split("/")
+            *parents, last = parts
+            node = root
+            for part in parents:
+                node = node.setdefault(part, {})
+            if kind == h5py.h5o.TYPE_GROUP:
+                node.setdefault(last, {})
+            elif kind == h5py.h5o.TYPE_DATASET:
+                leaf = _dataset(h5py, h5py.h5d.open(fid, raw_name), source, "/" + "/".join(parts))
+                if leaf is not None:
+                    node[last] = leaf
+        return root
+    finally:
+        fid.close()
+
+
+def _dataset(h5py, did, path: str, name: str) -> Any:
+    space = did.get_space()
+    if space.get_simple_extent_type() == h5py.h5s.NULL:
+        return None
+    dtype = stored = did.dtype
+    if stored.kind in "OSU" and h5py.check_string_dtype(stored) is not None:
+        return _strings(h5py.Dataset(did))
+    if stored.hasobject:
+        return None
+    if h5py.h5a.exists(did, b"dtype"):
+        marker = h5py.Dataset(did).attrs["dtype"]
+        if isinstance(marker, bytes):
+            marker = marker.decode("ascii", "replace")
+        if isinstance(marker, str) and marker in ML_DTYPE_NAMES:
+            wanted = dtype_from_name(marker)
+            if wanted.itemsize == stored.itemsize:
+                dtype = wanted
+
+    def read() -> np.ndarray:
+        with h5py.File(path, "r") as f:
+            data = np.asarray(f[name][()])
+        return data if dtype == stored else data.view(dtype)
+
+    return LazyArray(space.shape, dtype, read, source=f"{path}:{name}")
+
+
+def _strings(dataset) -> str | np.ndarray:
+    # Names and config stored as strings are small metadata with no array dtype: read them now.
+    data = dataset.asstr(errors="replace")[()]
+    return data if isinstance(data, str) else np.asarray(data, dtype=str)

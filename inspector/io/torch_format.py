@@ -1,0 +1,214 @@
+"""PyTorch checkpoints (`torch.save`: `.pt`, `.pth`, `.bin`) read without torch or pickle code.
+
+Two layouts exist:
+
+- zip (torch >= 1.6): `ARCHIVE/data.pkl` describes the object; each storage's raw bytes are the
+  uncompressed member `ARCHIVE/data/KEY`, memory-mapped in place; `ARCHIVE/byteorder` says
+  little or big endian.
+- legacy (`_use_new_zipfile_serialization=False`): five pickles in a row (magic number,
+  protocol version, system info, the object, the list of storage keys), then each storage as
+  an 8-byte little-endian element count followed by its bytes, in that list's order.
+
+The pickles are read by `torch_unpickler` (an allow-list, no code run). Each tensor becomes a
+`LazyArray` that maps its storage and takes its strided view; tensors sharing a storage share
+the file bytes. String keys nest on "." (`nesting`), at every dict level.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import struct
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from inspector.core.lazy import LazyArray
+from inspector.io import nesting
+from inspector.io.file_error import file_error
+from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, scan, unpickle
+from inspector.io.zip_members import data_offset
+
+LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL_VERSION = 1001
+MAX_PICKLE_BYTES = 1 << 30  # data.pkl describes tensors, it does not hold them
+_RESAVE = "The file is damaged or truncated; save it again (torch.save(model.state_dict(), path))."
+
+
+class _Region:
+    """Where a storage's bytes are: in the file at `offset`, or in a compressed zip member.
+
+    `order` is the byte order the file was written in, "<" or ">".
+    """
+
+    def __init__(self, order: str, offset: int | None, member: str | None = None):
+        self.order, self.offset, self.member = order, offset, member
+
+
+def load_zip(path: str | os.PathLike) -> Any:
+    """Returns the object of a zip-format `torch.save` file, tensors as `LazyArray`.
+
+    Args:
+        path: the checkpoint.
+
+    Returns:
+        The saved object with dicts as dicts (string keys nested on "."), lists, tuples,
+        numbers and strings as they were, and every tensor a memory-mapped leaf.
+
+    Raises:
+        LoadError: the pickle names a global outside the allow-list (nothing is run), a storage
+            is missing or the wrong size, or a tensor's view runs past its storage.
+    """
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise file_error(path, f"the zip directory is damaged ({exc})", _RESAVE) from exc
+    with archive, open(path, "rb") as f:
+        names = set(archive.namelist())
+        pkl = next((n for n in names if n.count("/") == 1 and n.endswith("/data.pkl")), None)
+        if pkl is None:
+            raise file_error(path, "the zip has no ARCHIVE/data.pkl", _RESAVE)
+        prefix = pkl[: -len("data.pkl")]
+        info = archive.getinfo(pkl)
+        if info.file_size > MAX_PICKLE_BYTES:
+            raise file_error(path, f"{pkl} declares {info.file_size} bytes", _RESAVE)
+        data = archive.read(pkl)
+        scan(io.BytesIO(data), path, len(data))
+        byteorder = b"little"
+        if f"{prefix}byteorder" in names:
+            byteorder = archive.read(f"{prefix}byteorder").strip()
+        if byteorder not in (b"little", b"big"):
+            raise file_error(path, f"its byteorder record says {byteorder!r:.40}", _RESAVE)
+        storages: dict[str, StorageRef] = {}
+        obj = unpickle(data, path, storages)
+        regions = {}
+        for key, storage in storages.items():
+            member = f"{prefix}data/{key}"
+            if member not in names:
+                raise file_error(path, f"storage {key} has no member {member}", _RESAVE)
+            member_info = archive.getinfo(member)
+            needed = storage.numel * storage.dtype.itemsize
+            if member_info.file_size != needed:
+                raise file_error(
+                    path,
+                    f"storage {key} holds {member_info.file_size} bytes but the pickle "
+                    f"declares {storage.numel} x {storage.dtype} = {needed}",
+                    _RESAVE,
+                )
+            try:
+                offset = data_offset(f, member_info)
+            except ValueError as exc:
+                raise file_error(path, str(exc), _RESAVE) from exc
+            regions[key] = _Region("<" if byteorder == b"little" else ">", offset, member)
+    return _convert(obj, path, regions, ())
+
+
+def load_legacy(path: str | os.PathLike) -> Any:
+    """Returns the object of a legacy-format `torch.save` file, tensors as `LazyArray`.
+
+    Args:
+        path: the checkpoint (written with `_use_new_zipfile_serialization=False`).
+
+    Returns:
+        As `load_zip`.
+
+    Raises:
+        LoadError: as `load_zip`, or the header pickles are not torch's, or a storage's
+            recorded element count disagrees with the pickle or runs past the end of the file.
+    """
+    size = os.path.getsize(path)
+    storages: dict[str, StorageRef] = {}
+    with open(path, "rb") as f:
+        header = [unpickle(scan(f, path, size - f.tell()), path, {}) for _ in range(3)]
+        magic, protocol, sys_info = header
+        if magic != LEGACY_MAGIC_NUMBER or protocol != LEGACY_PROTOCOL_VERSION:
+            raise file_error(path, "its header is not torch.save's legacy header", _RESAVE)
+        little = not isinstance(sys_info, dict) or sys_info.get("little_endian", True)
+        obj = unpickle(scan(f, path, size - f.tell()), path, storages)
+        keys = unpickle(scan(f, path, size - f.tell()), path, {})
+        if not isinstance(keys, list) or set(map(str, keys)) != set(storages):
+            raise file_error(path, "its list of storage keys does not match the pickle", _RESAVE)
+        regions, position = {}, f.tell()
+        for key in map(str, keys):
+            storage = storages[key]
+            f.seek(position)
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise file_error(path, f"it ends before storage {key}", _RESAVE)
+            (count,) = struct.unpack("<q", raw)
+            end = position + 8 + count * storage.dtype.itemsize
+            if count != storage.numel or end > size:
+                raise file_error(
+                    path,
+                    f"storage {key} records {count} elements at byte {position}, the pickle "
+                    f"declares {storage.numel}, and the file has {size} bytes",
+                    _RESAVE,
+                )
+            regions[key] = _Region("<" if little else ">", position + 8)
+            position = end
+    return _convert(obj, path, regions, ())
+
+
+def _convert(obj: Any, path, regions: dict[str, _Region], keys: tuple) -> Any:
+    if isinstance(obj, dict):  # StateDict too: the OrderedDict stand-in
+        items = [(k, _convert(v, path, regions, (*keys, k))) for k, v in obj.items()]
+        if all(isinstance(k, str) for k, _ in items):
+            return nesting.unflatten(items, path)
+        return dict(items)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_convert(v, path, regions, (*keys, i)) for i, v in enumerate(obj))
+    if isinstance(obj, TensorRef):
+        return _tensor(obj, path, regions[obj.storage.key], keys)
+    if isinstance(obj, StorageRef):  # a bare storage: its elements, flat
+        return _tensor(TensorRef(obj, 0, (obj.numel,), (1,), None), path, regions[obj.key], keys)
+    if isinstance(obj, TorchDtype):
+        return repr(obj)
+    return obj
+
+
+def _tensor(ref: TensorRef, path, region: _Region, keys: tuple) -> LazyArray:
+    source = f"{os.fspath(path)}:{''.join(f'[{k!r}]' for k in keys)}"
+    storage = ref.storage
+    dtype = ref.dtype.newbyteorder(region.order)
+    # a storage view (legacy) starts `view_offset` elements of the storage's dtype in; a
+    # tensor's offset and strides count elements of its own dtype (they differ for v3 tensors
+    # on untyped byte storages)
+    start_byte = storage.view_offset * storage.dtype.itemsize
+    available = (storage.numel * storage.dtype.itemsize) // dtype.itemsize
+    last = ref.offset + sum((n - 1) * s for n, s in zip(ref.shape, ref.stride, strict=True))
+    if math.prod(ref.shape) and last >= available:
+        raise file_error(
+            path,
+            f"the tensor {source} ({dtype}{list(ref.shape)}, offset {ref.offset}, stride "
+            f"{list(ref.stride)}) reaches element {last} of a {available}-element storage",
+            _RESAVE,
+        )
+    native = dtype.newbyteorder("=")
+
+    def read() -> np.ndarray:
+        if math.prod(ref.shape) == 0:
+            return np.empty(ref.shape, native)
+        raw = _storage_bytes(path, region, start_byte, available * dtype.itemsize)
+        flat = np.frombuffer(raw, dtype=dtype, count=available)
+        view = np.lib.stride_tricks.as_strided(
+            flat[ref.offset :],
+            shape=ref.shape,
+            strides=tuple(s * dtype.itemsize for s in ref.stride),
+            writeable=False,
+        )
+        if not view.flags.c_contiguous:
+            view = np.ascontiguousarray(view)
+        return view if dtype == native else view.astype(native)
+
+    return LazyArray(ref.shape, native, read, source=source)
+
+
+def _storage_bytes(path, region: _Region, start: int, nbytes: int):
+    if region.offset is not None:
+        return np.memmap(
+            path, dtype=np.uint8, mode="r", offset=region.offset + start, shape=(nbytes,)
+        )
+    with zipfile.ZipFile(path) as archive:
+        return archive.read(region.member)[start : start + nbytes]

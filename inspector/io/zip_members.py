@@ -1,0 +1,37 @@
+"""Where an uncompressed zip member's bytes start, so they can be memory-mapped in place."""
+
+from __future__ import annotations
+
+import struct
+import zipfile
+from typing import BinaryIO
+
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, (fixed fields), name length, extra length
+
+
+def data_offset(f: BinaryIO, info: zipfile.ZipInfo) -> int | None:
+    """Returns the file offset of `info`'s first data byte, or None if it cannot be mapped.
+
+    Only stored (uncompressed, unencrypted) members can be read in place; the central
+    directory does not record the local header's extra-field length, so it is read here.
+
+    Args:
+        f: the zip file, opened in binary mode.
+        info: the member, from `zipfile.ZipFile.infolist()`.
+
+    Returns:
+        The offset, or None when the member is compressed or encrypted.
+
+    Raises:
+        ValueError: the local header is not where the central directory says.
+    """
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+        return None
+    f.seek(info.header_offset)
+    raw = f.read(_LOCAL_HEADER.size)
+    if len(raw) < _LOCAL_HEADER.size:
+        raise ValueError(f"the local header of {info.filename!r} is past the end of the file")
+    signature, name_len, extra_len = _LOCAL_HEADER.unpack(raw)
+    if signature != b"PK\x03\x04":
+        raise ValueError(f"the local header of {info.filename!r} is damaged")
+    return info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
