@@ -46,6 +46,8 @@ _EXPORTS = {
     "run": "inspector.core.runner",
     "RunResult": "inspector.core.runner",
     "devices": "inspector.core.runner",
+    "device_name": "inspector.core.describe",
+    "resolve_device": "inspector.core.runner",
     "compile_count": "inspector.core.plan",
     "clear_cache": "inspector.core.plan",
     # checkpoints

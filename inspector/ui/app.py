@@ -1,0 +1,145 @@
+"""The served page: one `InspectorState` per browser session and the views that show it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import panel as pn
+import panel_material_ui as pmui
+
+from inspector.ui.diff_view import DiffView
+from inspector.ui.export import ExportView
+from inspector.ui.file_picker import FileOpener
+from inspector.ui.operation_panel import OperationPanel
+from inspector.ui.result_view import ResultView
+from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
+from inspector.ui.state import InspectorState
+from inspector.ui.tree_view import TreeView
+
+TITLE = "pytree inspector"
+ROOT_ENV = "PYTREE_INSPECTOR_ROOT"
+"""The environment variable naming the folder the file picker may open (default: the working
+directory), for `panel serve inspector`; the launcher's `--root` sets it directly."""
+TABS = ("Operations", "Compare trees")
+
+
+def default_root() -> str:
+    """The folder the file picker may open when none is given: `$PYTREE_INSPECTOR_ROOT`, else
+    the working directory."""
+    return os.path.abspath(os.environ.get(ROOT_ENV) or os.getcwd())
+
+
+class InspectorApp(pn.viewable.Viewer):
+    """The whole app for one session: the sidebar (trees, download, open, examples, device),
+    then two tabs: input | operation | result side by side, and the comparison of two trees."""
+
+    def __init__(self, state: InspectorState, **params):
+        super().__init__(**params)
+        self.state = state
+        self.trees = TreeListView(state)
+        self.examples = ExampleLoader(state)
+        self.files = FileOpener(state)
+        self.export = ExportView(state)
+        self.device = DeviceSelector(state)
+        self.input = TreeView(state, source="input", title="Input tree")
+        self.operation = OperationPanel(state)
+        self.result = ResultView(state)
+        self.diff = DiffView(state)
+        self.tabs = None
+
+    def sidebar(self) -> list:
+        return [self.trees, self.export, pmui.Divider(), self.files, pmui.Divider(),
+                self.examples, pmui.Divider(), self.device]
+
+    def main(self) -> list:
+        column = dict(sizing_mode="stretch_width", margin=(5, 5))
+        operation = pmui.Card(title="Operation", width=450, margin=(5, 5))
+        result = pmui.Card(title="Result", min_width=380, **column)
+
+        def fill():  # after the first paint: the input tree shows first
+            operation.append(self.operation)
+            result.append(self.result)
+
+        pn.state.onload(fill)
+        operate = pmui.Row(
+            pmui.Card(self.input, title="Input tree", min_width=380, **column),
+            operation, result, sizing_mode="stretch_width",
+        )
+        compare = pmui.Card(self.diff, title="Compare two trees", collapsible=False, **column)
+        # dynamic: the comparison is drawn only once its tab is opened (a leaner first paint)
+        self.tabs = pmui.Tabs((TABS[0], operate), (TABS[1], compare), dynamic=True,
+                              sizing_mode="stretch_width", margin=(0, 0))
+        return [self.tabs]
+
+    def __panel__(self):
+        return pmui.Column(pmui.Row(pmui.Column(*self.sidebar(), width=300), *self.main()),
+                           sizing_mode="stretch_width")
+
+
+def create_app(state: InspectorState | None = None, defaults: bool = True,
+               background: bool = True, trees=(), root=None) -> pmui.Page:
+    """Returns the page for one session (call it once per session: it builds a new state).
+
+    Args:
+        state: the session state (a new one when None; the other arguments then fill it).
+        defaults: load the default examples (S1, S2, S3, MLP).
+        background: run operations and loads in a worker thread (keep True when served).
+        trees: `LoadedTree`s to add first (prepared once, shared by every session); the first
+            is selected, and the first two are set up for comparing (a, b).
+        root: the folder the file picker may open (None: `default_root()`; '': no picker).
+    """
+    if state is None:
+        root = default_root() if root is None else str(root)
+        state = InspectorState(background=background, file_root=root)
+        if defaults:
+            state.load_defaults()
+        names = [state.add(loaded) for loaded in trees]
+        if names:
+            state.selected = names[0]
+        if len(names) >= 2:
+            state.param.update(diff_a=names[0], diff_b=names[1])
+    app = InspectorApp(state)
+    page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320)
+    page.inspector = app  # for tests and the benchmark: the views of this session
+    return page
+
+
+def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port: int = 0,
+          show: bool = True, examples: bool = True,
+          started: Callable[[str], None] | None = None, **kwargs) -> None:
+    """Serves the app on `address` (this machine only by default) until interrupted, a fresh
+    state per browser session; `trees` ({name: tree}, e.g. opened checkpoints) are in every
+    session.
+
+    Args:
+        trees: trees to show; lazy checkpoint leaves stay lazy (nothing is read up front).
+        root: the folder the app's file picker may open (None: `default_root()`).
+        port: 0 picks a free port.
+        show: open a browser tab.
+        examples: also load the built-in example trees.
+        started: called with the app's URL once the server listens (the launcher prints it).
+    """
+    from inspector.ui.operations import prepare
+
+    prepared = [prepare(name, tree, "command line") for name, tree in (trees or {}).items()]
+    if not port:
+        import socket
+
+        with socket.socket() as s:
+            s.bind((address, 0))
+            port = s.getsockname()[1]
+
+    def session():
+        return create_app(defaults=examples, trees=prepared, root=root)
+
+    origins = [f"{address}:{port}"] + ([f"localhost:{port}"] if address == "127.0.0.1" else [])
+    server = pn.serve({"inspector": session}, address=address, port=port, show=False,
+                      start=False, verbose=False, websocket_origin=origins, title=TITLE,
+                      **kwargs)  # Ctrl+C stops it: pn.serve handles SIGINT
+    if started is not None:
+        started(f"http://{address}:{port}/inspector")
+    if show:
+        server.io_loop.add_callback(server.show, "/inspector")
+    server.start()
+    server.io_loop.start()

@@ -1,0 +1,42 @@
+"""The built-in examples as a session loads them: prepared once per process, with settings.
+
+Building, packing and indexing an example happens once per server process; every session
+then shares the same read-only `LoadedTree`s, so loading the defaults costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from inspector import examples
+from inspector.ui.operations import LoadedTree, prepare
+
+# What loading an example sets up, so that its scenario is one click from running.
+EXAMPLE_SETTINGS = {
+    "S1: weighted sum": {"op": "weighted_sum", "ws": ["t1", "t2", "t3"],
+                         "weights": examples.S1_WEIGHTS},
+    "S2: per-subtree index": {"op": "index", "index": {"s2": examples.S2_INDEX_TEXT}},
+    "S3: ensemble of 4 MLPs": {"op": "stack", "stack": [f"mlp_{i}" for i in range(4)]},
+    "MLP: params and grads": {"op": "weighted_sum", "ws": ["params", "grads"],
+                             "weights": [1, -0.1]},
+    "Soup: two transformer checkpoints": {"op": "weighted_sum", "ws": ["ckpt_a", "ckpt_b"],
+                                           "weights": [0.5, 0.5]},
+}
+
+_EXAMPLE_CACHE: dict[str, list[LoadedTree]] = {}
+_EXAMPLE_LOCK = threading.Lock()
+
+
+def example_trees(name: str) -> list[LoadedTree]:
+    """The example's trees, built, packed and indexed once per process and shared read-only."""
+    with _EXAMPLE_LOCK:
+        cached = _EXAMPLE_CACHE.get(name)
+        if cached is None:
+            cached = [prepare(tree_name, tree, f"example {name.split(':')[0]}")
+                      for tree_name, tree in examples.load(name).items()]
+            for loaded in cached:  # shared by every session: nobody may write into them
+                if loaded.packed:
+                    for buf in loaded.tree.buffers.values():
+                        buf.flags.writeable = False
+            _EXAMPLE_CACHE[name] = cached
+        return cached

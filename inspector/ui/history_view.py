@@ -1,0 +1,74 @@
+"""The run history: a table of every run and a chart of their median times."""
+
+from __future__ import annotations
+
+import pandas as pd
+import panel as pn
+import panel_material_ui as pmui
+from bokeh.models import BasicTicker, ColumnDataSource, HoverTool
+from bokeh.palettes import Category10_4
+from bokeh.plotting import figure
+
+from inspector.ui.operations import OPS
+
+_COLUMNS = ["run", "op", "inputs", "device", "compile_ms", "compiled", "median_ms", "min_ms",
+            "max_ms", "gbps", "eager_ms"]
+_COLORS = dict(zip(OPS, Category10_4, strict=True))
+
+
+class HistoryView(pn.viewable.Viewer):
+    """Every successful run of the session, newest first, and its median times as bars."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self.table = pn.widgets.Tabulator(
+            value=pd.DataFrame(columns=_COLUMNS), show_index=False, disabled=True,
+            pagination="local", page_size=8, sizing_mode="stretch_width", layout="fit_data",
+            formatters={c: {"type": "money", "precision": 3, "symbol": ""}
+                        for c in ("compile_ms", "median_ms", "min_ms", "max_ms", "gbps",
+                                  "eager_ms")},
+            titles={"compile_ms": "compile ms", "median_ms": "median ms", "min_ms": "min ms",
+                    "max_ms": "max ms", "gbps": "GB/s", "eager_ms": "eager ms"},
+        )
+        self._source = ColumnDataSource(data=_chart_data([]))
+        fig = figure(height=190, sizing_mode="stretch_width", y_axis_type="log",
+                     toolbar_location=None, tools="", x_axis_label="run",
+                     y_axis_label="median ms", min_border_left=50)
+        fig.segment(x0="run", x1="run", y0="min_ms", y1="max_ms", source=self._source,
+                    line_color="color", line_width=2)
+        fig.scatter(x="run", y="median_ms", source=self._source, size=9, color="color",
+                    legend_field="op")
+        fig.add_tools(HoverTool(tooltips=[("run", "@run"), ("op", "@op"),
+                                          ("median", "@median_ms{0.000} ms"),
+                                          ("compiled", "@compiled kernels")]))
+        fig.legend.location = "top_left"
+        fig.legend.label_text_font_size = "11px"
+        fig.xaxis.ticker = BasicTicker(min_interval=1, num_minor_ticks=0)
+        fig.x_range.range_padding = 0.2
+        fig.grid.grid_line_alpha = 0.3
+        self.chart = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
+        state.param.watch(self.refresh, "history")
+        self.refresh()
+
+    def __panel__(self):
+        return pmui.Column(self.chart, self.table, sizing_mode="stretch_width")
+
+    def refresh(self, *_):
+        """Shows the state's history (the table newest first, the chart oldest first)."""
+        history = self._state.history
+        rows = [{c: h.get(c) for c in _COLUMNS} for h in reversed(history)]
+        self.table.value = pd.DataFrame(rows, columns=_COLUMNS)
+        self._source.data = _chart_data(history)
+
+
+def _chart_data(history: list) -> dict:
+    return {
+        "run": [h["run"] for h in history],
+        "op": [h["op"] for h in history],
+        "median_ms": [max(h["median_ms"], 1e-6) for h in history],
+        "min_ms": [max(h["min_ms"], 1e-6) for h in history],
+        "max_ms": [max(h["max_ms"], 1e-6) for h in history],
+        "compiled": [h["compiled"] for h in history],
+        "color": [_COLORS.get(h["op"], "#666") for h in history],
+    }

@@ -1,0 +1,522 @@
+"""`InspectorState`: everything one browser session knows, as params that the views watch.
+
+Views only show these params and set them; the state does the work. That keeps each view
+testable by setting params (no browser), and keeps sessions apart: the app builds one state
+per session. Long work (loading a checkpoint, compiling and timing an op) runs in a worker
+thread when `background` is on (the served app), synchronously otherwise (tests, scripts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+
+import param
+
+import inspector
+from inspector import examples
+from inspector.core.runner import device_name
+from inspector.ui import operations as ops
+from inspector.ui.example_sets import EXAMPLE_SETTINGS, example_trees
+from inspector.ui.operations import LoadedTree, prepare
+from inspector.ui.tree_index import ROOT_ID, index_for
+
+
+def error_text(exc: BaseException) -> str:
+    """An error as the app shows it: the inspector's own messages whole (they name the key
+    paths and the fix), anything else with its type and the last line of its traceback."""
+    if isinstance(exc, inspector.InspectorError):
+        return str(exc)
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    at = f"\n  at {where[0].filename}:{where[0].lineno}" if where else ""
+    return f"Unexpected {type(exc).__name__}: {exc}{at}"
+
+
+class InspectorState(param.Parameterized):
+    """One session of the inspector: loaded trees, op settings, results and history."""
+
+    # Loaded trees -----------------------------------------------------------------------------
+    trees = param.Dict(default={}, doc="Loaded trees by name (`LoadedTree`), in load order.")
+    selected = param.String(default="", doc="Name of the tree shown as input (indexed, unstacked).")
+    device = param.Selector(default=None, objects=[], doc="Device the operations run on.")
+    example = param.Selector(default=examples.DEFAULT_EXAMPLES[0], objects=list(examples.EXAMPLES),
+                             doc="Built-in example that `load_example` loads.")
+    file_root = param.String(default="", doc="Folder the file picker may open ('' hides it); "
+                             "paths outside it are refused.")
+    open_paths = param.List(default=[], doc="Checkpoint files or folders to open (in file_root).")
+    open_error = param.String(default="", doc="Why the last open or upload failed ('' after "
+                              "a success); the trees already loaded stay.")
+
+    # Operation settings -----------------------------------------------------------------------
+    op = param.Selector(default="weighted_sum", objects=list(ops.OPS), doc="The operation to run.")
+    ws_names = param.List(default=[], item_type=str, doc="Trees of the weighted sum, in order.")
+    ws_weights = param.List(default=[], doc="One weight per tree in `ws_names`.")
+    auto_run = param.Boolean(default=True, doc="Re-run a weighted sum as soon as a weight changes.")
+    index_texts = param.Dict(default={}, doc="Per tree name: index text per top-level subtree "
+                             "id (`['a']`, `[0]`; ':' keeps the subtree).")
+    stack_names = param.List(default=[], item_type=str, doc="Trees to stack, in stacking order.")
+    repeats = param.Integer(default=5, bounds=(1, 200), doc="Timed executions per run.")
+    compare_eager = param.Boolean(default=False, doc="Also time the un-jitted jax.tree.map op.")
+
+    # What the settings will do ----------------------------------------------------------------
+    preview = param.String(default="", doc="What the current op will produce (dtypes, shapes).")
+    form_error = param.String(default="", doc="Why the current op cannot run as set, or ''.")
+    index_field_errors = param.Dict(default={}, doc="Parse error per index field id.")
+
+    # Results ----------------------------------------------------------------------------------
+    result = param.Parameter(default=None, doc="The last successful `RunResult` (kept on errors).")
+    result_name = param.String(default="", doc="What the result is (`weighted_sum(t1, t2, t3)`).")
+    eager_seconds = param.Number(default=None, allow_None=True,
+                                 doc="Median time of the un-jitted reference, when asked for.")
+    eager_max_diff = param.Number(default=None, allow_None=True,
+                                  doc="max |compiled - eager| over the result's leaves.")
+    history = param.List(default=[], doc="One record (dict) per successful run, oldest first.")
+    error = param.String(default="", doc="The last failure, whole ('' after a success).")
+    busy = param.Boolean(default=False, doc="Whether work is running for this session.")
+    status = param.String(default="", doc="What the running work is doing.")
+
+    # Tree views -------------------------------------------------------------------------------
+    input_expanded = param.List(default=[], doc="Ids (key paths) of expanded input tree nodes.")
+    result_expanded = param.List(default=[], doc="Ids (key paths) of expanded result nodes.")
+    input_path = param.String(default="", doc="Key path selected in the input tree.")
+    result_path = param.String(default="", doc="Key path selected in the result tree.")
+    input_search = param.String(default="", doc="Leaf search in the input tree (substring/regex).")
+    result_search = param.String(default="", doc="Leaf search in the result tree.")
+    search_regex = param.Boolean(default=False, doc="Read searches as regular expressions.")
+
+    # Comparing two trees (the diff view) -----------------------------------------------------
+    diff_a = param.String(default="", doc="Name of the expected tree (a: the model).")
+    diff_b = param.String(default="", doc="Name of the tree compared with it (b: a checkpoint).")
+    diff_result = param.Parameter(default=None, doc="The `TreeDiff` of `diff_a` and `diff_b`.")
+    diff_only = param.Boolean(default=False, doc="Show only the nodes that differ.")
+    diff_expanded = param.List(default=[], doc="Ids (key paths) of expanded diff tree nodes.")
+    diff_path = param.String(default="", doc="Key path selected in the diff tree.")
+    diff_values = param.Dict(default={}, doc="Per leaf path read so far: (max |a-b|, relative "
+                             "L2) or why it could not be read.")
+
+    # Downloads --------------------------------------------------------------------------------
+    export_source = param.Selector(default="input", objects=["input", "result"],
+                                   doc="Which tree a download writes: the selected one or "
+                                   "the result.")
+    export_format = param.Selector(default="safetensors", objects=["safetensors", "npz"],
+                                   doc="The file format a download writes.")
+    export_error = param.String(default="", doc="Why the last download failed ('' after a "
+                                "success).")
+
+    # Actions ----------------------------------------------------------------------------------
+    run = param.Event(doc="Run the current operation.")
+    keep_result = param.Event(doc="Add the result as a loaded tree (so operations chain).")
+    load_example = param.Event(doc="Load the trees of `example`.")
+    open_files = param.Event(doc="Open the checkpoints in `open_paths`.")
+    remove_tree = param.Event(doc="Remove the selected tree.")
+    uniform_weights = param.Event(doc="Set every weight to 1/K (the mean).")
+    normalise_weights = param.Event(doc="Scale the weights to sum to 1.")
+
+    background = param.Boolean(default=False, doc="Run long work in a worker thread (the served "
+                               "app); off, it runs at once, which tests rely on.")
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        names = [device_name(d) for d in inspector.devices()]
+        self.param.device.objects = names
+        if self.device not in names:
+            self.device = names[0]
+        self._queue: list = []
+        self._kept = 0
+
+    # Loading ----------------------------------------------------------------------------------
+
+    def add(self, loaded: LoadedTree, select: bool = False) -> str:
+        """Adds a prepared tree under a unique name; returns the name used."""
+        name = self._unique(loaded.name)
+        if name != loaded.name:
+            loaded = LoadedTree(name, loaded.tree, loaded.source, loaded.n_leaves,
+                                loaded.n_params, loaded.nbytes)
+        self.trees = {**self.trees, name: loaded}
+        if select or not self.selected:
+            self.selected = name
+        return name
+
+    def add_tree(self, name: str, tree, source: str = "added", select: bool = False) -> str:
+        """Describes, packs and adds a pytree (synchronously); returns the name used."""
+        return self.add(prepare(name, tree, source), select)
+
+    def load_example_now(self, name: str, settings: bool = True) -> dict[str, str]:
+        """Loads a built-in example at once; returns {example's tree name: name used}."""
+        return self._add_example(name, example_trees(name), settings)
+
+    def load_defaults(self, names=examples.DEFAULT_EXAMPLES) -> None:
+        """Loads the default examples (small: well under 0.5 s) with every example's settings,
+        the first example's last, so its op and first tree are what the session opens on."""
+        renamed = {name: self.load_example_now(name, settings=False) for name in names}
+        for name in reversed(names):
+            if name in EXAMPLE_SETTINGS:
+                self.apply_settings(EXAMPLE_SETTINGS[name], renamed[name])
+        first = next(iter(renamed[names[0]].values()), None)
+        if first and self.op not in ("index", "unstack"):
+            self.selected = first
+
+    def _unique(self, name: str) -> str:
+        if name not in self.trees:
+            return name
+        n = 2
+        while f"{name} ({n})" in self.trees:
+            n += 1
+        return f"{name} ({n})"
+
+    def _add_example(self, name: str, loaded: list[LoadedTree], settings: bool) -> dict:
+        renamed = {t.name: self.add(t) for t in loaded}
+        if settings:
+            self.selected = next(iter(renamed.values()), self.selected)
+            if name in EXAMPLE_SETTINGS:
+                self.apply_settings(EXAMPLE_SETTINGS[name], renamed)
+        return renamed
+
+    def apply_settings(self, settings: dict, names: dict | None = None) -> None:
+        """Sets op settings (`op`, `ws`, `weights`, `index`, `stack`) for trees by name."""
+        names = names or {}
+        update: dict = {}
+        if "ws" in settings:
+            update["ws_names"] = [names.get(n, n) for n in settings["ws"]]
+            update["ws_weights"] = list(settings["weights"])
+        if "stack" in settings:
+            update["stack_names"] = [names.get(n, n) for n in settings["stack"]]
+        if "index" in settings:
+            texts = dict(self.index_texts)
+            for tree_name, values in settings["index"].items():
+                tree_name = names.get(tree_name, tree_name)
+                index = self.trees[tree_name].index
+                fields = {f for f, _ in ops.index_fields(index)}
+                ids = [index.rows[i].path for i in index.children[0]] or [ROOT_ID]
+                texts[tree_name] = {i: v for i, v in zip(ids, values, strict=False) if i in fields}
+            update["index_texts"] = texts
+        if "op" in settings:
+            update["op"] = settings["op"]
+        if settings.get("op") == "index":
+            first = next(iter(settings["index"]))
+            update["selected"] = names.get(first, first)
+        self.param.update(**update)
+
+    @param.depends("load_example", watch=True)
+    def _on_load_example(self):
+        name = self.example
+
+        def work():
+            return example_trees(name)
+
+        def done(loaded, exc):
+            if exc is not None:
+                self.error = error_text(exc)
+                return
+            self._add_example(name, loaded, True)
+
+        self._submit(lambda: (f"Loading {name} …", work, done))
+
+    @param.depends("open_files", watch=True)
+    def _on_open_files(self):
+        from inspector.ui.checkpoint_files import open_checkpoints
+
+        paths, root = list(self.open_paths), self.file_root
+        self._submit(lambda: (f"Opening {len(paths)} checkpoint(s) …",
+                              lambda: open_checkpoints(root, paths), self._opened))
+
+    def open_upload(self, filename: str, data: bytes) -> None:
+        """Loads an uploaded checkpoint (bytes), named by its file name, off the event loop."""
+        from inspector.ui.checkpoint_files import open_upload
+
+        self._submit(lambda: (f"Reading {filename} …",
+                              lambda: [open_upload(filename, data)], self._opened))
+
+    def _opened(self, loaded, exc) -> None:
+        if exc is not None:  # say why; every tree loaded before stays
+            self.param.update(error=error_text(exc), open_error=error_text(exc))
+            return
+        names = [self.add(t) for t in loaded]
+        self.param.update(selected=names[0], open_paths=[], open_error="")
+
+    @param.depends("remove_tree", watch=True)
+    def _on_remove_tree(self):
+        name = self.selected
+        if name not in self.trees:
+            return
+        trees = {k: v for k, v in self.trees.items() if k != name}
+        keep = [i for i, n in enumerate(self.ws_names) if n != name]
+        self.param.update(
+            trees=trees,
+            ws_names=[self.ws_names[i] for i in keep],
+            ws_weights=[self.ws_weights[i] for i in keep if i < len(self.ws_weights)],
+            stack_names=[n for n in self.stack_names if n != name],
+            selected=next(iter(trees), ""),
+        )
+
+    # Comparing --------------------------------------------------------------------------------
+
+    @param.depends("diff_a", "diff_b", "trees", watch=True)
+    def _on_diff_trees(self):
+        from inspector.ui.diff_index import compare
+
+        a, b = self.trees.get(self.diff_a), self.trees.get(self.diff_b)
+        old = self.diff_result
+        if a is None or b is None:
+            if old is not None:
+                self.param.update(diff_result=None, diff_values={}, diff_path="")
+            return
+        if old is not None and (old.a.name, old.b.name) == (a.name, b.name) \
+                and old.a.tree is a.tree and old.b.tree is b.tree:
+            return  # another tree was added or removed: this comparison stands
+
+        def done(out, exc):
+            if exc is not None:
+                self.error = error_text(exc)
+                return
+            self.param.update(diff_result=out, diff_values={}, diff_path="",
+                              diff_expanded=out.default_expanded(self.diff_only))
+
+        self._submit(lambda: (f"Comparing {a.name} with {b.name} …", lambda: compare(a, b),
+                              done), coalesce="diff")
+
+    @param.depends("diff_only", watch=True)
+    def _on_diff_only(self):
+        if self.diff_result is not None:  # open what the filter leaves, keep what was open
+            opened = self.diff_result.default_expanded(self.diff_only)
+            self.diff_expanded = list(dict.fromkeys([*self.diff_expanded, *opened]))
+
+    @param.depends("diff_path", watch=True)
+    def _on_diff_path(self):
+        diff, path = self.diff_result, self.diff_path
+        if diff is None or path in self.diff_values or not diff.comparable(path):
+            return
+
+        def done(out, exc):
+            if self.diff_result is diff:  # still the same comparison
+                self.diff_values = {**self.diff_values,
+                                    path: error_text(exc) if exc is not None else out}
+
+        self._submit(lambda: (f"Reading {path} in both trees …",
+                              lambda: diff.value_difference(path), done))
+
+    # Selection --------------------------------------------------------------------------------
+
+    @param.depends("selected", watch=True)
+    def _on_selected(self):
+        loaded = self.trees.get(self.selected)
+        self.param.update(input_path="", input_search="",
+                          input_expanded=loaded.index.default_expanded() if loaded else [])
+
+    def shown(self, source: str):
+        """`(name, tree, TreeIndex)` that the `source` tree view shows ('input' or 'result'),
+        or None when there is nothing to show."""
+        if source == "input":
+            loaded = self.trees.get(self.selected)
+            return None if loaded is None else (loaded.name, loaded.tree, loaded.index)
+        if self.result is None:
+            return None
+        return self.result_name, self.result.result, index_for(self.result.result)
+
+    def set_index_text(self, field: str, text: str) -> None:
+        """Sets the index text of one field of the selected tree."""
+        texts = dict(self.index_texts)
+        texts[self.selected] = {**texts.get(self.selected, {}), field: text}
+        self.index_texts = texts
+
+    # Weights ----------------------------------------------------------------------------------
+
+    @param.depends("ws_names", watch=True)
+    def _fit_weights(self):
+        n, w = len(self.ws_names), list(self.ws_weights)
+        if len(w) != n:
+            self.ws_weights = (w + [1.0] * n)[:n]
+
+    @param.depends("uniform_weights", watch=True)
+    def _on_uniform(self):
+        n = len(self.ws_names)
+        if n:
+            self.ws_weights = [1.0 / n] * n
+
+    @param.depends("normalise_weights", watch=True)
+    def _on_normalise(self):
+        total = float(sum(self.ws_weights))
+        if total == 0:
+            self.form_error = "The weights sum to 0: cannot scale them to sum to 1."
+            return
+        self.ws_weights = [float(w) / total for w in self.ws_weights]
+
+    @param.depends("ws_weights", watch=True)
+    def _on_weights(self):
+        # Only once these very trees were summed: then the kernel is compiled and a re-run
+        # costs about the run itself, so a slider can drive it.
+        last = self.history[-1] if self.history else None
+        if (self.auto_run and self.op == "weighted_sum" and last is not None
+                and last["op"] == "weighted_sum" and last["trees"] == list(self.ws_names)):
+            self.param.trigger("run")
+
+    # Previews ---------------------------------------------------------------------------------
+
+    @param.depends("op", "ws_names", "ws_weights", "index_texts", "stack_names", "selected",
+                   "trees", watch=True, on_init=True)
+    def _update_preview(self):
+        field_errors: dict = {}
+        if self.op == "weighted_sum":
+            preview, error = ops.weighted_sum_preview(self.trees, self.ws_names, self.ws_weights)
+        elif self.op == "index":
+            preview, error, field_errors = ops.index_preview(
+                self.trees, self.selected, self.index_texts.get(self.selected, {}))
+        elif self.op == "stack":
+            preview, error = ops.stack_preview(self.trees, self.stack_names)
+        else:
+            preview, error = ops.unstack_preview(self.trees, self.selected)
+        self.param.update(preview=preview, form_error=error, index_field_errors=field_errors)
+
+    # Running ----------------------------------------------------------------------------------
+
+    def job(self) -> ops.Job:
+        """The job the current settings describe.
+
+        Raises:
+            InspectorError: the settings are incomplete or an index cannot be parsed.
+        """
+        if self.op == "weighted_sum":
+            return ops.weighted_sum_job(self.trees, self.ws_names, self.ws_weights)
+        if self.op == "index":
+            return ops.index_job(self.trees, self.selected, self.index_texts.get(self.selected, {}))
+        if self.op == "stack":
+            return ops.stack_job(self.trees, self.stack_names)
+        return ops.unstack_job(self.trees, self.selected)
+
+    def call_of(self, job: ops.Job) -> dict:
+        """The run as `inspector.ui.code_snippet` writes it as code: `op`, `label`, tree names
+        (`trees`), `weights` or the `index` tree, `device` and `repeats`."""
+        names = {"weighted_sum": self.ws_names, "stack": self.stack_names}.get(job.op,
+                                                                              [self.selected])
+        call = {"op": job.op, "label": job.label, "trees": list(names), "device": self.device,
+                "repeats": self.repeats}
+        if job.op == "weighted_sum":
+            call["weights"] = list(job.args[1])
+        elif job.op == "index":
+            call["index"] = job.args[1]
+        return call
+
+    @param.depends("run", watch=True)
+    def _on_run(self):
+        self._submit(self._run_task, coalesce="run")
+
+    def _run_task(self):
+        job = self.job()  # built when the run starts, so a queued run uses the latest settings
+        device, repeats, eager = self.device, self.repeats, self.compare_eager
+        trees = list(self.ws_names) if job.op == "weighted_sum" else []
+        call = self.call_of(job)
+
+        def work():
+            rr = inspector.run(job.fn, *job.args, device=device, repeats=repeats)
+            index_for(rr.result)  # describe the result here, off the event loop
+            eager_s = diff = None
+            if eager:
+                from inspector.ui.eager import max_abs_diff, time_eager
+
+                eager_s, reference = time_eager(job.eager(device), repeats=min(repeats, 3))
+                diff = max_abs_diff(rr.result, reference)
+            return rr, eager_s, diff
+
+        def done(out, exc):
+            if exc is not None:
+                self.error = error_text(exc)
+                return
+            rr, eager_s, diff = out
+            record = {
+                "run": len(self.history) + 1, "op": rr.op, "inputs": job.inputs,
+                "device": rr.device, "compile_ms": rr.compile_seconds * 1e3,
+                "compiled": rr.n_compiled, "kernels": rr.n_kernels,
+                "median_ms": rr.median_seconds * 1e3, "min_ms": rr.min_seconds * 1e3,
+                "max_ms": rr.max_seconds * 1e3, "gbps": rr.gbps,
+                "eager_ms": None if eager_s is None else eager_s * 1e3, "trees": trees,
+                "call": call,
+            }
+            expanded = self.result_expanded if self.result_name == job.label else \
+                index_for(rr.result).default_expanded()
+            self.param.update(result=rr, result_name=job.label, error="", eager_seconds=eager_s,
+                              eager_max_diff=diff, history=[*self.history, record],
+                              result_expanded=expanded,
+                              result_path=self.result_path if self.result_name == job.label else "")
+
+        return f"Running {job.op} on {device} …", work, done
+
+    @param.depends("keep_result", watch=True)
+    def _on_keep_result(self):
+        rr, label = self.result, self.result_name
+        if rr is None:
+            self.error = "Nothing to keep yet: run an operation first."
+            return
+        self._kept += 1
+        base = f"{rr.op}_{self._kept}"
+
+        def work():
+            if rr.op == "unstack":
+                return [prepare(f"{base}[{i}]", t, f"result of {label}[{i}]")
+                        for i, t in enumerate(rr.result)]
+            return [prepare(base, rr.result, f"result of {label}")]
+
+        def done(loaded, exc):
+            if exc is not None:
+                self.error = error_text(exc)
+                return
+            names = [self.add(t) for t in loaded]
+            self.selected = names[0]
+
+        self._submit(lambda: (f"Keeping {label} …", work, done))
+
+    # Work off the event loop ------------------------------------------------------------------
+
+    def _submit(self, make, coalesce: str | None = None) -> None:
+        """Queues `make() -> (status, work, done)`; runs it now if nothing else is running.
+
+        `work()` runs in a worker thread (when `background`), `done(out, exc)` back on the
+        session's event loop. A run asked for while another runs replaces any queued run, so
+        dragging a weight slider runs the latest weights, not every step of the drag.
+        """
+        if coalesce:
+            self._queue = [q for q in self._queue if q[1] != coalesce]
+        self._queue.append((make, coalesce))
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        while self._queue:
+            make, _ = self._queue.pop(0)
+            try:
+                status, work, done = make()
+            except Exception as exc:  # bad settings: say why, keep everything else
+                self.error = error_text(exc)
+                continue
+            self.param.update(busy=True, status=status)
+            if self.background:
+                param.parameterized.async_executor(lambda w=work, d=done: self._in_thread(w, d))
+                return
+            self._complete(done, *_call(work))
+        self.param.update(busy=False, status="")
+
+    async def _in_thread(self, work, done):
+        # Runs on the session's event loop without the document lock (Panel's default for
+        # async callbacks), so the session stays responsive while `work` runs in a thread.
+        out, exc = await asyncio.to_thread(_call, work)
+
+        async def finish():
+            self._complete(done, out, exc)
+            self._next()
+
+        # Views update Bokeh models directly (chart sources), which needs the document lock:
+        # `lock = True` is what `panel.io.with_lock` sets, and Panel's executor honours it.
+        finish.lock = True
+        param.parameterized.async_executor(finish)
+
+    def _complete(self, done, out, exc) -> None:
+        try:
+            done(out, exc)
+        except Exception as e:  # a view failing to show a result must not wedge the queue
+            self.error = error_text(e)
+
+
+def _call(work):
+    try:
+        return work(), None
+    except Exception as exc:
+        return None, exc

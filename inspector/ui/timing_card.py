@@ -1,0 +1,73 @@
+"""The timing card: how long the last run took to compile and to run, and how fast it moved data."""
+
+from __future__ import annotations
+
+import html
+
+import panel as pn
+import panel_material_ui as pmui
+
+from inspector.ui.formatting import MONO, human_bytes, ms, plural
+
+
+def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str, str]]:
+    """The card's rows for a `RunResult`: `(label, value)` pairs, in order."""
+    if rr is None:
+        return []
+    if rr.n_compiled == 0:
+        compiled = "cached, no compile"
+    else:
+        compiled = f"{ms(rr.compile_seconds)} ({plural(rr.n_compiled, 'kernel')} compiled)"
+    lines = [
+        ("compile", compiled),
+        (f"run (median of {len(rr.times)})",
+         f"{ms(rr.median_seconds)}  ({ms(rr.min_seconds)[:-3]}–{ms(rr.max_seconds)})"),
+        ("throughput", f"{rr.gbps:.3g} GB/s · {human_bytes(rr.bytes_read + rr.bytes_written)}"
+                       " moved"),
+        ("device", rr.device),
+        ("kernels per run", f"{rr.n_kernels:,}"),
+    ]
+    if eager_seconds is not None:
+        ratio = eager_seconds / rr.median_seconds if rr.median_seconds else float("inf")
+        same = "" if eager_max_diff is None else f" · max |Δ| {eager_max_diff:.3g}"
+        lines.append(("eager jax.tree.map", f"{ms(eager_seconds)} ({ratio:.3g}× the compiled "
+                                            f"run){same}"))
+    return lines
+
+
+class TimingCard(pn.viewable.Viewer):
+    """Compile ms, median run ms (min–max), GB/s, device and kernels of the last run."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self._body = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 5))
+        self.card = pmui.Card(self._body, title="Timing", collapsible=False,
+                              sizing_mode="stretch_width", margin=(10, 5))
+        state.param.watch(self._update, ["result", "eager_seconds", "eager_max_diff"])
+        self._update()
+
+    def __panel__(self):
+        return self.card
+
+    @property
+    def text(self) -> str:
+        """The card as plain text, one `label: value` per line."""
+        rr = self._state.result
+        lines = timing_lines(rr, self._state.eager_seconds, self._state.eager_max_diff)
+        head = [f"{rr.op} on {rr.device}"] if rr is not None else ["No run yet."]
+        return "\n".join(head + [f"{k}: {v}" for k, v in lines])
+
+    def _update(self, *_):
+        rr = self._state.result
+        self.card.visible = rr is not None
+        if rr is None:
+            self._body.object = ""
+            return
+        lines = timing_lines(rr, self._state.eager_seconds, self._state.eager_max_diff)
+        cells = "".join(
+            f"<div style='color:var(--mui-palette-text-secondary,#666)'>{html.escape(k)}</div>"
+            f"<div class='timing-{html.escape(k.split()[0])}' style=\"font-family:{MONO}\">"
+            f"{html.escape(v)}</div>" for k, v in lines)
+        self._body.object = ("<div class='timing-card' style='display:grid;grid-template-columns:"
+                             "max-content 1fr;gap:4px 14px;font-size:13px'>" + cells + "</div>")

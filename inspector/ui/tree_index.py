@@ -1,0 +1,352 @@
+"""A tree's `describe` rows, indexed so a tree widget can be fed lazily.
+
+A browser cannot hold 100k tree items (DESIGN.md: 25 s to first paint with 50k sent). The
+index answers "which items are visible when these nodes are expanded": the root and its
+children at first, the children of a node once it is expanded, and more than `GROUP_SIZE`
+siblings folded into range nodes (`[100–199]`), nested when there are very many. Item ids are
+key paths (`['layers']['layer_0001']`); a range's id is its parent's path plus `[lo:hi]`,
+which no real key path can be.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from inspector.ui.formatting import human_bytes, human_count, plural, shape_text
+
+GROUP_SIZE = 100
+ROOT_ID = "(root)"
+_RANGE_ID = re.compile(r"^(.*)\[(\d+):(\d+)\]$")
+_SEP = "\u2003"  # an em space: HTML does not collapse it, so columns of a label stay apart
+
+_ICONS = {"dict": "data_object", "list": "data_array", "tuple": "data_array",
+          "namedtuple": "data_object", "dataclass": "data_object", "custom": "account_tree",
+          "None": "block", "leaf": "grid_on", "range": "more_horiz"}
+
+
+class TreeIndex:
+    """Parent-to-children links over `describe` rows, and the tree items built from them.
+
+    Build one per tree and reuse it (`index_for` caches them): building costs about a
+    microsecond per row, answering an expand costs only the items it returns.
+    """
+
+    def __init__(self, rows: list):
+        self.rows = rows
+        n = len(rows)
+        parent = [-1] * n
+        position = [0] * n  # place among the parent's children
+        counts = [0] * n
+        self.by_path: dict[str, int] = {}
+        self.leaf_number: dict[int, int] = {}  # row -> position in jax.tree.leaves order
+        stack: list[int] = []
+        leaves = 0
+        for i, row in enumerate(rows):
+            del stack[row.depth:]
+            if stack:
+                p = parent[i] = stack[-1]
+                position[i] = counts[p]
+                counts[p] += 1
+            stack.append(i)
+            self.by_path[row.path] = i
+            if row.kind == "leaf":
+                self.leaf_number[i] = leaves
+                leaves += 1
+        # Children as flat arrays (CSR), not a list per node: a 100k-leaf tree would add 170k
+        # objects for the garbage collector to walk on every full collection of the server.
+        self.parent = np.asarray(parent, np.int64)
+        self._position = np.asarray(position, np.int64)
+        self._ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=self._ptr[1:])
+        self._kids = np.empty(max(n - 1, 0), np.int64)
+        self._kids[self._ptr[self.parent[1:]] + self._position[1:]] = np.arange(1, n)
+        self.children = _Children(self._ptr, self._kids)
+        self._frame = None
+        self._leaves = None
+        self._lock = threading.Lock()
+
+    @property
+    def root(self):
+        return self.rows[0]
+
+    # ids ------------------------------------------------------------------------------------
+
+    def node_id(self, i: int) -> str:
+        """The item id of row `i`: its key path (`ROOT_ID` for the root)."""
+        return self.rows[i].path or ROOT_ID
+
+    def row_of(self, node_id: str) -> int | None:
+        """The row of a node id, or None (a range id or an unknown path)."""
+        if node_id == ROOT_ID:
+            return 0
+        return self.by_path.get(node_id)
+
+    def _entry(self, node_id: str):
+        """`("node", row)`, `("range", parent_row, lo, hi)` or None for an unknown id."""
+        i = self.row_of(node_id)
+        if i is not None:
+            return ("node", i)
+        m = _RANGE_ID.match(node_id)
+        if m:
+            parent = self.row_of(m.group(1) or ROOT_ID)
+            lo, hi = int(m.group(2)), int(m.group(3))
+            if parent is not None and 0 <= lo < hi <= self.children.count(parent):
+                return ("range", parent, lo, hi)
+        return None
+
+    # children -------------------------------------------------------------------------------
+
+    def child_entries(self, entry) -> list:
+        """The entries shown under a node or range: its children, or ranges of them."""
+        if entry[0] == "node":
+            parent, lo, hi = entry[1], 0, self.children.count(entry[1])
+        else:
+            _, parent, lo, hi = entry
+        n = hi - lo
+        if n <= GROUP_SIZE:
+            return [("node", j) for j in self.children.slice(parent, lo, hi)]
+        size = GROUP_SIZE
+        while -(-n // size) > GROUP_SIZE:
+            size *= GROUP_SIZE
+        return [("range", parent, a, min(a + size, hi)) for a in range(lo, hi, size)]
+
+    def children_of(self, node_id: str) -> list[str]:
+        """The ids shown under `node_id` when it is expanded (children or ranges)."""
+        entry = self._entry(node_id)
+        return [] if entry is None else [self._id(e) for e in self.child_entries(entry)]
+
+    def sibling_ranges(self, node_id: str) -> list[str]:
+        """For a range id, the ids of the other ranges beside it (else an empty list)."""
+        target = self._entry(node_id)
+        if target is None or target[0] != "range":
+            return []
+        entry = ("node", target[1])
+        while True:
+            kids = self.child_entries(entry)
+            if target in kids:
+                return [self._id(e) for e in kids if e != target]
+            inner = [e for e in kids if e[0] == "range" and e[2] <= target[2] and target[3] <= e[3]]
+            if not inner:
+                return []
+            entry = inner[0]
+
+    def reveal(self, node_id: str) -> list[str]:
+        """Ids to expand (root first) so that `node_id` is shown, ranges included."""
+        i = self.row_of(node_id)
+        if i is None or i == 0:
+            return []
+        chain = []
+        while self.parent[i] >= 0:
+            p, k = int(self.parent[i]), int(self._position[i])
+            steps = [self.node_id(p)]
+            entry = ("node", p)
+            while True:
+                kids = self.child_entries(entry)
+                if not kids or kids[0][0] == "node":
+                    break
+                entry = next(e for e in kids if e[2] <= k < e[3])
+                steps.append(self._id(entry))
+            chain = steps + chain
+            i = p
+        return chain
+
+    def _id(self, entry) -> str:
+        if entry[0] == "node":
+            return self.node_id(entry[1])
+        _, parent, lo, hi = entry
+        return f"{self.rows[parent].path}[{lo}:{hi}]"
+
+    def _has_children(self, entry) -> bool:
+        return entry[0] == "range" or self.children.count(entry[1]) > 0
+
+    # items ----------------------------------------------------------------------------------
+
+    def items(self, expanded, root_label: str = "", values=None
+              ) -> tuple[list[dict], list[tuple[int, ...]]]:
+        """Returns `(items, expanded_paths)` for `pmui.Tree`.
+
+        Args:
+            expanded: ids of the expanded nodes. Only their children are built; a collapsed
+                node with children gets one placeholder child, so the widget draws its
+                expand arrow and reports the expansion.
+            root_label: the key shown on the root item (the tree's name).
+            values: optional `row -> str | None`, a short text of a leaf's values, appended
+                to its label (called only for the leaves shown).
+
+        Returns:
+            The items (the root item, holding everything visible) and the index paths of the
+            expanded items among them, as `pmui.Tree.expanded` wants.
+        """
+        expanded = set(expanded)
+        paths: list[tuple[int, ...]] = []
+        root = self._item(("node", 0), expanded, (0,), paths, values, root_label)
+        return [root], paths
+
+    def _item(self, entry, expanded, path, paths, values, root_label="") -> dict:
+        node_id = self._id(entry)
+        label, secondary = self.label(entry, root_label)
+        if values is not None and entry[0] == "node" and entry[1] in self.leaf_number:
+            text = values(entry[1])
+            if text:
+                label += f"{_SEP}= {text}"
+        item = {"id": node_id, "label": label, "icon": self._icon(entry)}
+        if secondary:
+            item["secondary"] = secondary
+        if self._has_children(entry):
+            if node_id in expanded:
+                paths.append(path)
+                item["items"] = [self._item(e, expanded, path + (k,), paths, values)
+                                 for k, e in enumerate(self.child_entries(entry))]
+            else:
+                item["items"] = [{"id": node_id + " …", "label": "loading …", "selectable": False}]
+        return item
+
+    def visible_ids(self, expanded) -> list[str]:
+        """Ids of every item `items(expanded)` returns (placeholders excluded), in order."""
+        expanded = set(expanded)
+        out: list[str] = []
+
+        def walk(entry):
+            node_id = self._id(entry)
+            out.append(node_id)
+            if node_id in expanded and self._has_children(entry):
+                for e in self.child_entries(entry):
+                    walk(e)
+
+        walk(("node", 0))
+        return out
+
+    def default_expanded(self, budget: int = 40) -> list[str]:
+        """Ids to expand at first: breadth first, while fewer than `budget` items show.
+
+        A small tree opens whole; a big one shows its top level (the root is always open).
+        """
+        root = ("node", 0)
+        if not self._has_children(root):
+            return []
+        opened = [ROOT_ID]
+        shown = 1 + len(self.child_entries(root))
+        frontier = [e for e in self.child_entries(root) if self._has_children(e)]
+        while frontier:
+            nxt = []
+            for entry in frontier:
+                kids = self.child_entries(entry)
+                if shown + len(kids) > budget:
+                    return opened
+                opened.append(self._id(entry))
+                shown += len(kids)
+                nxt.extend(e for e in kids if self._has_children(e))
+            frontier = nxt
+        return opened
+
+    # labels ---------------------------------------------------------------------------------
+
+    def label(self, entry, root_label: str = "") -> tuple[str, str]:
+        """Returns `(label, secondary)`: key and kind (with shape and size for a leaf) on the
+        first line; for inner nodes and ranges, their totals on the second."""
+        if entry[0] == "range":
+            _, parent, lo, hi = entry
+            kids = self.children.slice(parent, lo, hi)
+            first, last = self.rows[kids[0]].key, self.rows[kids[-1]].key
+            leaves = sum(self.rows[j].n_leaves for j in kids)
+            params = sum(self.rows[j].n_params for j in kids)
+            nbytes = sum(self.rows[j].nbytes for j in kids)
+            return (_SEP.join([f"[{lo}–{hi - 1}]", f"{first} … {last}"]),
+                    _totals(leaves, params, nbytes))
+        row = self.rows[entry[1]]
+        key = row.key or root_label or "(root)"
+        if row.kind == "leaf":
+            if row.shape is None:
+                return _SEP.join([key, row.type_name]), ""
+            return _SEP.join([key, shape_text(row.dtype, row.shape),
+                              human_bytes(row.nbytes)]), ""
+        if row.kind == "None":
+            return _SEP.join([key, "None"]), ""
+        kind = row.type_name if row.kind in ("dict", "list", "tuple") else row.kind
+        return (_SEP.join([key, f"{kind} of {row.n_children:,}"]),
+                _totals(row.n_leaves, row.n_params, row.nbytes))
+
+    def _icon(self, entry) -> str:
+        return _ICONS["range"] if entry[0] == "range" else _ICONS.get(
+            self.rows[entry[1]].kind, "grid_on")
+
+    # leaves ---------------------------------------------------------------------------------
+
+    def flat_leaves(self, tree) -> list:
+        """`jax.tree.leaves(tree)`, kept: an index of an unpacked tree serves that tree only."""
+        if self._leaves is None:
+            import jax
+
+            self._leaves = jax.tree.leaves(tree)
+        return self._leaves
+
+    def leaf_frame(self):
+        """A pandas DataFrame of every leaf (path, dtype, shape, params, bytes), built once."""
+        with self._lock:
+            if self._frame is None:
+                import pandas as pd
+
+                rows = [self.rows[i] for i in self.leaf_number]
+                self._frame = pd.DataFrame({
+                    "path": [r.path or ROOT_ID for r in rows],
+                    "dtype": [r.dtype or r.type_name for r in rows],
+                    "shape": ["" if r.shape is None else str(list(r.shape)) for r in rows],
+                    "params": [r.n_params for r in rows],
+                    "size": [human_bytes(r.nbytes) for r in rows],
+                })
+            return self._frame
+
+
+class _Children:
+    """`children[i]`: the child rows of row `i` (a list), read from the CSR arrays."""
+
+    __slots__ = ("_ptr", "_kids")
+
+    def __init__(self, ptr, kids):
+        self._ptr, self._kids = ptr, kids
+
+    def __getitem__(self, i: int) -> list[int]:
+        return self._kids[self._ptr[i]:self._ptr[i + 1]].tolist()
+
+    def count(self, i: int) -> int:
+        return int(self._ptr[i + 1] - self._ptr[i])
+
+    def slice(self, i: int, lo: int, hi: int) -> list[int]:
+        start = self._ptr[i]
+        return self._kids[start + lo:start + hi].tolist()
+
+
+def _totals(leaves: int, params: int, nbytes: int) -> str:
+    return f"{plural(leaves, 'leaf', 'leaves')} · {human_count(params)} params · " \
+        f"{human_bytes(nbytes)}"
+
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 32
+
+
+def index_for(tree, rows: list | None = None) -> TreeIndex:
+    """Returns the (cached) `TreeIndex` of `tree`; `rows` spares describing it again.
+
+    Packed trees are cached by layout, so every weighted sum of the same trees shares one
+    index; other trees by identity (the cache holds them, so an id is never reused).
+    """
+    from inspector import PackedTree, describe
+
+    key = ("layout", tree.layout) if isinstance(tree, PackedTree) else ("id", id(tree))
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit[1]
+    index = TreeIndex(rows if rows is not None else describe(tree))
+    with _CACHE_LOCK:
+        _CACHE[key] = (tree if key[0] == "id" else None, index)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return index

@@ -1,0 +1,89 @@
+"""The weighted-sum form: pick trees, one weight each (number + slider), presets."""
+
+from __future__ import annotations
+
+import math
+
+import panel as pn
+import panel_material_ui as pmui
+
+
+class WeightedSumForm(pn.viewable.Viewer):
+    """Trees and weights of `sum_k w_k * tree_k`; moving a slider re-runs from the cache."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self.names = pmui.MultiChoice(label="Trees to sum, in order", options=list(state.trees),
+                                      value=list(state.ws_names), sizing_mode="stretch_width")
+        self.names.param.watch(self._on_names, "value")
+        self.inputs: list = []
+        self.sliders: list = []
+        self._rows = pmui.Column(sizing_mode="stretch_width", margin=0)
+        self._presets = pmui.Row(
+            pmui.Button.from_param(state.param.uniform_weights, label="Uniform mean",
+                                   variant="outlined", size="small"),
+            pmui.Button.from_param(state.param.normalise_weights, label="Sum to 1",
+                                   variant="outlined", size="small"),
+            pmui.Switch.from_param(state.param.auto_run, label="auto re-run",
+                                   align="center"),
+        )
+        state.param.watch(self._update_options, "trees")
+        state.param.watch(self._update_rows, "ws_names")
+        state.param.watch(self._update_values, "ws_weights")
+        self._update_rows()
+
+    def __panel__(self):
+        return pmui.Column(self.names, self._rows, self._presets, sizing_mode="stretch_width")
+
+    def _update_options(self, *_):
+        self.names.options = list(self._state.trees)
+
+    def _on_names(self, event):
+        if list(event.new) != list(self._state.ws_names):
+            self._state.ws_names = list(event.new)
+
+    def _update_rows(self, *_):
+        if list(self.names.value) != list(self._state.ws_names):
+            self.names.value = list(self._state.ws_names)
+        weights = list(self._state.ws_weights)
+        self.inputs, self.sliders, rows = [], [], []
+        for i, name in enumerate(self._state.ws_names):
+            w = float(weights[i]) if i < len(weights) else 1.0
+            number = pmui.FloatInput(value=w, step=0.1, width=110, size="small",
+                                     label=f"w{i} · {name}")
+            lo, hi = _slider_range(w)
+            slider = pmui.FloatSlider(start=lo, end=hi, step=0.01, value=w, show_value=False,
+                                      sizing_mode="stretch_width", align="center",
+                                      margin=(5, 15))
+            number.param.watch(lambda e, i=i: self._set_weight(i, e.new), "value")
+            slider.param.watch(lambda e, i=i: self._set_weight(i, e.new), "value")
+            self.inputs.append(number)
+            self.sliders.append(slider)
+            rows.append(pmui.Row(number, slider, sizing_mode="stretch_width", margin=0))
+        self._rows[:] = rows
+
+    def _set_weight(self, i: int, value) -> None:
+        weights = list(self._state.ws_weights)
+        if value is None or i >= len(weights) or weights[i] == value:
+            return
+        weights[i] = value
+        self._state.ws_weights = weights
+
+    def _update_values(self, *_):
+        for i, w in enumerate(self._state.ws_weights):
+            if i >= len(self.inputs):
+                break
+            w = float(w)
+            if self.inputs[i].value != w:
+                self.inputs[i].value = w
+            slider = self.sliders[i]
+            if not slider.start <= w <= slider.end:
+                slider.start, slider.end = _slider_range(w)
+            if slider.value != w:
+                slider.value = w
+
+
+def _slider_range(w: float) -> tuple[float, float]:
+    """A slider range that holds `w` with room either side: at least [-1, 2]."""
+    return min(-1.0, math.floor(w) - 1.0), max(2.0, math.ceil(w) + 1.0)

@@ -1,0 +1,117 @@
+"""End-to-end: the real `panel serve inspector` in headless chromium, clicked through."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+
+def node(page, node_id: str):
+    """The tree item whose id (key path) is `node_id` (the DOM id ends with it)."""
+    return page.locator(f'li[role=treeitem][id$="-{node_id}"]').first
+
+
+def toggle(page, node_id: str) -> None:
+    """Clicks a tree item's expand arrow."""
+    node(page, node_id).locator(":scope > div > div").first.click()
+
+
+def run(page) -> None:
+    page.get_by_role("button", name="Run the current operation.").click()
+
+
+def test_page_loads_with_the_examples_and_no_external_request(browser, served_url):
+    context = browser.new_context()
+    page = context.new_page()
+    urls: list[str] = []
+    page.on("request", lambda r: urls.append(r.url))
+    page.goto(served_url)
+    page.get_by_role("treeitem", name=re.compile(r"^t1")).first.wait_for(timeout=15_000)
+    page.wait_for_load_state("networkidle")
+    external = [u for u in urls if not u.startswith(("http://127.0.0.1", "ws://127.0.0.1",
+                                                     "blob:", "data:"))]
+    assert external == []
+    assert page.title() == "pytree inspector"
+    assert "[0]\u2003int32[2,2]\u200316 B" in node(page, "[0][0]").inner_text()
+    context.close()
+
+
+def test_loading_an_example_and_expanding_nodes(page):
+    page.get_by_role("combobox").first.click()
+    page.locator("li", has_text="Transformer: 20k-leaf checkpoint").first.click()
+    page.get_by_role("button", name="Load the trees of `example`.").click()
+    rng = node(page, "['layers'][100:200]")
+    rng.wait_for()
+    assert "[100–199]" in rng.inner_text() and "1,600 leaves" in rng.inner_text()
+    assert node(page, "['layers']['layer_0105']").count() == 0  # not sent before expanding
+    toggle(page, "['layers'][100:200]")
+    node(page, "['layers']['layer_0105']").wait_for()
+    toggle(page, "['layers']['layer_0105']")
+    attn = node(page, "['layers']['layer_0105']['attn']")
+    attn.wait_for()
+    assert "dict of 4" in attn.inner_text()
+
+
+def test_weighted_sum_result_and_timing(page):
+    run(page)
+    card = page.locator(".timing-card")
+    card.wait_for()
+    result = page.get_by_role("treeitem", name=re.compile(r"^weighted_sum\(t1, t2, t3\)"))
+    result.first.wait_for()
+    assert "= [[26, 11], [21, 24]]" in result.first.inner_text()
+    assert "= [33, 18]" in result.first.inner_text()
+    text = card.inner_text()
+    assert "compile" in text and "run (median of 5)" in text and "GB/s" in text
+    assert "cpu:0" in text
+
+
+def test_changing_a_weight_reruns_from_the_cache(page):
+    run(page)
+    page.locator(".timing-card").wait_for()
+    weight = page.get_by_label("w2 · t3")
+    weight.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("4")
+    weight.press("Enter")
+    result = page.get_by_role("treeitem", name=re.compile(r"^weighted_sum\(t1, t2, t3\)"))
+    page.get_by_text("= [[33, 12], [25, 28]]").wait_for()
+    assert "cached, no compile" in page.locator(".timing-card").inner_text()
+    assert result.count() == 1
+
+
+def test_stacking_mismatched_trees_shows_the_paths(page):
+    page.get_by_role("tab", name="Stack", exact=True).click()
+    names = page.get_by_role("combobox").filter(has_text="mlp_0")
+    box = names.bounding_box()  # the arrow: the middle of the field is covered by chips
+    names.click(position={"x": box["width"] - 12, "y": box["height"] / 2})
+    page.locator("li", has_text=re.compile(r"^t1$")).first.click()
+    title = page.get_by_text("Operation", exact=True).bounding_box()
+    page.mouse.click(title["x"] + 5, title["y"] + 5)  # on the menu's backdrop: closes it
+    preview = page.locator(".form-error")
+    preview.wait_for()  # the form says it before running
+    assert "[0][0]: (3, 2) in tree 0, (2, 2) in tree 4" in preview.inner_text()
+    run(page)
+    page.get_by_role("alert").filter(has_text="The operation failed").wait_for()
+    text = page.locator(".run-error").inner_text()
+    assert "Cannot stack 5 trees" in text
+    assert "[0][0]: (3, 2) in tree 0, (2, 2) in tree 4" in text
+    assert "[1][1]: (4,) in tree 0, (2,) in tree 4" in text
+
+
+def test_two_sessions_do_not_see_each_others_trees(browser, served_url, page):
+    run(page)
+    page.locator(".timing-card").wait_for()
+    keep = "Add the result as a loaded tree (so operations chain)."
+    page.get_by_role("button", name=keep).click()
+    page.get_by_text("weighted_sum_1", exact=True).first.wait_for()
+    other = browser.new_context()
+    second = other.new_page()
+    second.goto(served_url)
+    second.get_by_role("treeitem").first.wait_for(timeout=15_000)
+    second.get_by_text("grads", exact=True).first.wait_for()
+    assert second.get_by_text("weighted_sum_1", exact=True).count() == 0
+    assert page.get_by_text("weighted_sum_1", exact=True).count() >= 1
+    other.close()

@@ -1,0 +1,251 @@
+"""The session state, driven through its params as the views drive it (no browser)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from inspector import examples
+from inspector.ui.state import InspectorState
+from inspector.ui.timing_card import timing_lines
+
+
+def _values(tree):
+    import inspector
+
+    if isinstance(tree, inspector.PackedTree):
+        tree = tree.unpack()
+    return jax.tree.map(lambda x: np.asarray(x).tolist(), tree, is_leaf=lambda x: x is None)
+
+
+def test_defaults_load_fast_and_set_up_the_scenarios():
+    InspectorState().load_defaults()  # the first session builds the shared examples
+    start = time.perf_counter()
+    s = InspectorState()
+    s.load_defaults()
+    assert time.perf_counter() - start < 0.5
+    assert list(s.trees)[:3] == ["t1", "t2", "t3"]
+    assert {"s2", "mlp_0", "mlp_3", "params", "grads"} <= set(s.trees)
+    assert s.selected == "t1" and s.op == "weighted_sum"
+    assert s.ws_names == ["t1", "t2", "t3"] and s.ws_weights == [1, 2, 3]
+    assert s.stack_names == [f"mlp_{i}" for i in range(4)]
+    assert s.index_texts["s2"] == {"[0]": "1", "[1]": "1:3", "[3]": "-1"}
+    assert all(t.packed for t in s.trees.values())
+
+
+def test_s1_weighted_sum_through_the_state(state):
+    assert "int32 → int32" in state.preview and state.form_error == ""
+    state.param.trigger("run")
+    assert state.error == ""
+    assert _values(state.result.result) == examples.S1_EXPECTED
+    assert state.result_name == "weighted_sum(t1, t2, t3)"
+    assert len(state.history) == 1 and state.history[0]["op"] == "weighted_sum"
+
+
+def test_moving_a_weight_reruns_from_the_compiled_cache(state):
+    state.param.trigger("run")
+    state.ws_weights = [1, 2, 4]  # auto re-run: no Run press
+    assert len(state.history) == 2
+    assert state.result.n_compiled == 0
+    assert ("compile", "cached, no compile") in timing_lines(state.result)
+    assert _values(state.result.result)[0][0] == [[33, 12], [25, 28]]
+
+
+def test_float_weights_give_float32_and_the_preview_says_so_first(state):
+    state.ws_weights = [0.5, 0.25, 0.25]
+    assert "int32 → float32" in state.preview
+    state.param.trigger("run")
+    leaf = state.result.result.unpack()[0][0]
+    assert leaf.dtype == np.float32
+    np.testing.assert_allclose(leaf, [[2.75, 2.0], [3.25, 4.0]])  # t1/2 + t2/4 + t3/4
+
+
+def test_presets_make_the_mean_and_normalise(state):
+    state.param.trigger("uniform_weights")
+    assert state.ws_weights == pytest.approx([1 / 3] * 3)
+    state.ws_weights = [1, 1, 2]
+    state.param.trigger("normalise_weights")
+    assert state.ws_weights == pytest.approx([0.25, 0.25, 0.5])
+
+
+def test_s2_index_through_the_state(state):
+    state.param.update(op="index", selected="s2")
+    assert "[0] [1]: float32[4,3] → float32[3]" in state.preview
+    state.param.trigger("run")
+    assert state.error == ""
+    assert _values(state.result.result) == examples.S2_EXPECTED
+
+
+def test_index_parse_error_is_shown_with_its_key_path_as_you_type(state):
+    state.param.update(op="index", selected="s2")
+    state.set_index_text("[1]", "1:(")
+    assert set(state.index_field_errors) == {"[1]"}
+    assert "Cannot parse index '1:('" in state.index_field_errors["[1]"]
+    assert "[1]" in state.form_error
+    state.param.trigger("run")
+    assert state.error.startswith("Cannot parse 1 index.")
+    assert "  - [1]: Cannot parse index '1:('" in state.error
+
+
+def test_a_failing_op_keeps_the_trees_and_the_last_good_result(state):
+    state.param.trigger("run")
+    good, trees = state.result, dict(state.trees)
+    state.param.update(op="index", selected="s2")
+    state.set_index_text("[1]", "7")
+    assert "[1]: index 7 is out of bounds" in state.form_error
+    state.param.trigger("run")
+    assert "[1]: index 7 is out of range for axis 0 of size 5" in state.error
+    assert state.result is good and state.trees == trees and len(state.history) == 1
+    state.set_index_text("[1]", "1:3")
+    state.param.trigger("run")
+    assert state.error == "" and state.result is not good
+
+
+def test_stacking_mismatched_trees_names_every_differing_path(state):
+    state.param.update(op="stack", stack_names=["mlp_0", "t1"])
+    assert "[0][0]: (3, 2) in tree 0, (2, 2) in tree 1" in state.form_error
+    state.param.trigger("run")
+    assert state.error.startswith("Cannot stack 2 trees:")
+    for path in ("[0][0]", "[0][1]", "[1][0]", "[1][1]"):
+        assert f"  - {path}:" in state.error
+    assert "t1" in state.trees and state.result is None
+
+
+def test_stack_keep_index_keep_weighted_sum_chain(state):
+    state.op = "stack"
+    assert "float32[3,2] → float32[4,3,2]" in state.preview
+    state.param.trigger("run")
+    state.param.trigger("keep_result")
+    assert state.selected == "stack_1" and "stack_1" in state.trees
+    assert state.trees["stack_1"].source == "result of stack(mlp_0, mlp_1, mlp_2, mlp_3)"
+
+    state.op = "index"
+    for field in ("[0]", "[1]"):
+        state.set_index_text(field, "2")
+    state.param.trigger("run")
+    state.param.trigger("keep_result")
+    assert state.selected == "index_2"
+
+    state.param.update(op="weighted_sum", ws_names=["index_2", "mlp_2"], ws_weights=[1, -1])
+    state.param.trigger("run")
+    assert state.error == ""
+    leaves = jax.tree.leaves(state.result.result.unpack())
+    assert all(np.all(np.asarray(x) == 0) for x in leaves)
+
+
+def test_unstack_is_the_inverse_of_stack(state):
+    state.op = "stack"
+    state.param.trigger("run")
+    state.param.trigger("keep_result")
+    state.op = "unstack"
+    assert "stack_1 → 4 trees" in state.preview
+    state.param.trigger("run")
+    state.param.trigger("keep_result")
+    assert [n for n in state.trees if n.startswith("unstack_2")] == [
+        f"unstack_2[{i}]" for i in range(4)]
+    for i in range(4):
+        np.testing.assert_array_equal(
+            state.trees[f"unstack_2[{i}]"].tree.unpack()[1][0],
+            state.trees[f"mlp_{i}"].tree.unpack()[1][0])
+
+
+def test_unstacking_a_tree_without_a_common_leading_axis_is_refused(state):
+    state.param.update(op="unstack", selected="params")
+    assert "Cannot unstack the tree" in state.form_error
+    assert "  - ['layer2']['weights']: shape (2, 8), leading size 2" in state.form_error
+
+
+def test_eager_reference_is_timed_and_agrees(state):
+    state.compare_eager = True
+    state.param.trigger("run")
+    assert state.eager_seconds > 0 and state.eager_max_diff == 0.0
+    assert state.history[-1]["eager_ms"] > 0
+    assert any(k == "eager jax.tree.map" for k, _ in timing_lines(
+        state.result, state.eager_seconds, state.eager_max_diff))
+
+
+def test_setup_errors_do_not_run(state):
+    state.ws_names = ["t1"]
+    state.param.trigger("run")
+    assert state.error == "Pick two or more trees for a weighted sum."
+    assert not state.busy and state.history == []
+
+
+def test_loading_an_example_twice_renames_and_keeps_its_settings(state):
+    state.example = "S1: weighted sum"
+    state.param.trigger("load_example")
+    assert {"t1 (2)", "t2 (2)", "t3 (2)"} <= set(state.trees)
+    assert state.ws_names == ["t1 (2)", "t2 (2)", "t3 (2)"]
+    assert state.selected == "t1 (2)"
+
+
+def test_removing_a_tree_drops_it_from_the_forms(state):
+    state.selected = "t2"
+    state.param.trigger("remove_tree")
+    assert "t2" not in state.trees
+    assert state.ws_names == ["t1", "t3"] and state.ws_weights == [1, 3]
+
+
+def test_selecting_a_tree_resets_its_view(state):
+    state.input_path = "[0][0]"
+    state.selected = "s2"
+    assert state.input_path == "" and state.input_expanded[0] == "(root)"
+
+
+def test_sessions_do_not_share_trees():
+    a, b = InspectorState(), InspectorState()
+    a.load_defaults()
+    b.load_defaults()
+    a.add_tree("mine", {"w": np.ones(3, np.float32)})
+    assert "mine" in a.trees and "mine" not in b.trees
+
+
+def test_background_runs_in_a_thread_and_leaves_the_loop_free():
+    s = InspectorState(background=True)
+    s.load_defaults()
+    ticks, failures = [], []
+
+    async def main():
+        s.param.trigger("run")
+        assert s.busy and s.status.startswith("Running weighted_sum")
+        while s.busy:
+            ticks.append(1)  # the loop keeps turning while the op runs
+            await asyncio.sleep(0.001)
+
+    def loop():  # a thread of its own: no other event loop around, as in a served session
+        try:
+            asyncio.run(main())
+        except Exception as e:  # reported below, in the test's thread
+            failures.append(e)
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    thread.join(60)
+    assert not failures and not thread.is_alive()
+    assert s.error == "" and _values(s.result.result) == examples.S1_EXPECTED
+    assert ticks
+
+
+def test_opening_a_checkpoint_keeps_its_leaves_lazy(state, tmp_path):
+    import inspector
+
+    path = tmp_path / "ckpt.npz"
+    inspector.save({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3)}, path)
+    state.param.update(file_root=str(tmp_path), open_paths=[str(path)])
+    state.param.trigger("open_files")
+    assert state.error == "" and state.selected == "ckpt.npz"
+    loaded = state.trees["ckpt.npz"]
+    assert not loaded.packed and loaded.n_leaves == 2 and loaded.source == "file ckpt.npz"
+    assert any(isinstance(x, inspector.LazyArray) for x in jax.tree.leaves(loaded.tree))
+
+
+def test_paths_outside_the_root_are_refused(state, tmp_path):
+    (tmp_path / "inside").mkdir()
+    state.param.update(file_root=str(tmp_path / "inside"), open_paths=[str(tmp_path / "x.npz")])
+    state.param.trigger("open_files")
+    assert "outside the folder this app may open" in state.error

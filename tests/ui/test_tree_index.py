@@ -1,0 +1,111 @@
+"""The tree index behind the lazy tree widget: ranges, children on expand, labels, caching."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import inspector
+from inspector import examples
+from inspector.ui.tree_index import ROOT_ID, TreeIndex, index_for
+
+
+def _index(tree) -> TreeIndex:
+    return TreeIndex(inspector.describe(tree))
+
+
+def _ids(items):
+    out = []
+    for item in items:
+        out.append(item["id"])
+        out += _ids(item.get("items") or [])
+    return out
+
+
+def test_250_siblings_fold_into_3_ranges():
+    index = _index({"xs": [np.zeros(2, np.float32)] * 250})
+    assert index.children_of("['xs']") == ["['xs'][0:100]", "['xs'][100:200]", "['xs'][200:250]"]
+    labels = [index.label(index._entry(i))[0] for i in index.children_of("['xs']")]
+    assert [label.split("\u2003")[0] for label in labels] == ["[0–99]", "[100–199]", "[200–249]"]
+    assert index.children_of("['xs'][200:250]")[:2] == ["['xs'][200]", "['xs'][201]"]
+    assert len(index.children_of("['xs'][200:250]")) == 50
+
+
+def test_100_siblings_are_not_grouped():
+    index = _index([np.zeros(1)] * 100)
+    assert index.children_of(ROOT_ID) == [f"[{i}]" for i in range(100)]
+
+
+def test_very_many_siblings_nest_ranges_so_no_level_has_more_than_100():
+    index = _index({"xs": [np.zeros(1, np.float32)] * 25_000})
+    top = index.children_of("['xs']")
+    assert top == ["['xs'][0:10000]", "['xs'][10000:20000]", "['xs'][20000:25000]"]
+    assert len(index.children_of(top[0])) == 100
+    assert index.children_of(top[0])[1] == "['xs'][100:200]"
+    assert index.children_of("['xs'][100:200]")[0] == "['xs'][100]"
+
+
+def test_collapsed_nodes_send_one_placeholder_and_expanding_sends_the_children():
+    index = _index(examples.transformer_checkpoint(n_layers=300))
+    items, paths = index.items([ROOT_ID], root_label="ckpt")
+    shown = _ids(items)
+    assert shown[:2] == [ROOT_ID, "['embed']"]
+    assert "['layers'][0:100]" not in shown
+    layers = items[0]["items"][2]
+    assert layers["id"] == "['layers']"
+    assert [c["label"] for c in layers["items"]] == ["loading …"]
+    assert paths == [(0,)]
+
+    items, paths = index.items([ROOT_ID, "['layers']"], root_label="ckpt")
+    shown = _ids(items)
+    assert "['layers'][0:100]" in shown and "['layers']['layer_0000']" not in shown
+    assert paths == [(0,), (0, 2)]
+
+    items, paths = index.items([ROOT_ID, "['layers']", "['layers'][100:200]"])
+    shown = _ids(items)
+    assert "['layers']['layer_0100']" in shown and "['layers']['layer_0000']" not in shown
+    assert "['layers']['layer_0100']['attn']" not in shown
+
+
+def test_the_first_view_of_a_big_tree_is_small_and_a_small_tree_opens_whole():
+    big = _index(examples.transformer_checkpoint(n_layers=6250))  # 100,004 leaves
+    items, _ = big.items(big.default_expanded())
+    assert len(_ids(items)) < 120
+    small = _index(examples.s1_trees()[0])
+    items, _ = small.items(small.default_expanded())
+    assert _ids(items) == [ROOT_ID, "[0]", "[0][0]", "[0][1]", "[1]", "[1][0]", "[1][1]"]
+
+
+def test_labels_show_key_kind_shape_dtype_size_and_totals():
+    index = _index(examples.mlp_params())
+    leaf, secondary = index.label(("node", index.row_of("['layer1']['weights']")))
+    assert leaf.split("\u2003") == ["['weights']", "float32[8,4]", "128 B"]
+    assert secondary == ""
+    inner, totals = index.label(("node", index.row_of("['layer1']")))
+    assert inner.split("\u2003") == ["['layer1']", "dict of 2"]
+    assert totals == "2 leaves · 40 params · 160 B"
+
+
+def test_values_are_added_to_leaf_labels_when_given():
+    index = _index([np.arange(3)])
+    items, _ = index.items([ROOT_ID], values=lambda row: "[0, 1, 2]")
+    assert items[0]["items"][0]["label"].endswith("= [0, 1, 2]")
+
+
+def test_reveal_lists_the_ranges_down_to_a_node():
+    index = _index({"xs": [{"a": np.zeros(2)}] * 25_000})
+    assert index.reveal("['xs'][12345]['a']") == [
+        ROOT_ID, "['xs']", "['xs'][10000:20000]", "['xs'][12300:12400]", "['xs'][12345]"]
+
+
+def test_leaf_frame_lists_every_leaf():
+    frame = _index(examples.s2_tree()).leaf_frame()
+    assert frame["path"].tolist() == ["[0][0]", "[0][1]", "[0][2]", "[1]", "[3][0]"]
+    assert frame["shape"].tolist()[3] == "[5]"
+
+
+def test_packed_trees_share_an_index_per_layout():
+    a = inspector.pack(examples.s1_trees()[0])
+    b = inspector.pack(examples.s1_trees()[1])
+    assert index_for(a) is index_for(b)
+    plain = examples.s1_trees()[0]
+    assert index_for(plain) is index_for(plain)
