@@ -129,6 +129,30 @@ def transformer_checkpoint(n_layers: int = 1250, d_model: int = 8, d_ff: int = 1
     }
 
 
+def s5_model() -> dict:
+    """Returns S5's model tree: what the code expects to restore (float32)."""
+    return {
+        "dense": {"kernel": np.zeros((4, 3), np.float32), "bias": np.zeros(3, np.float32)},
+        "norm": {"scale": np.ones(3, np.float32)},
+        "head": [np.zeros((3, 2), np.float32), np.zeros(2, np.float32)],
+    }
+
+
+def s5_checkpoint() -> dict:
+    """Returns S5's old checkpoint: one missing, one extra, a shape, a dtype and a container
+    difference from `s5_model()`, as a checkpoint written by an older model would have.
+
+    >>> import inspector
+    >>> sorted(d.kind for d in inspector.diff(s5_model(), s5_checkpoint()))
+    ['dtype', 'extra', 'missing', 'shape', 'type']
+    """
+    return {
+        "dense": {"kernel": np.ones((3, 4), np.float32)},
+        "norm": {"scale": np.ones(3, np.float16), "offset": np.zeros(3, np.float32)},
+        "head": (np.zeros((3, 2), np.float32), np.zeros(2, np.float32)),
+    }
+
+
 def _count(spec) -> int:
     return sum(_count(v) if isinstance(v, dict) else math.prod(v) for v in spec.values())
 
@@ -160,6 +184,9 @@ EXAMPLES: dict[str, Example] = {
         Example("S3: ensemble of 4 MLPs", "Four MLPs [2, 3, 4] to stack for jax.vmap.", _s3),
         Example("MLP: params and grads", "A 2-layer MLP; an SGD step is weights [1, -lr].",
                 lambda: {"params": mlp_params(), "grads": mlp_grads()}),
+        Example("S5: model vs old checkpoint",
+                "A model and a checkpoint that will not restore into it: compare them.",
+                lambda: {"model": s5_model(), "checkpoint": s5_checkpoint()}),
         Example("Transformer: 20k-leaf checkpoint",
                 "1,250 blocks of 16 small leaves each, plus embeddings.",
                 lambda: {"transformer": transformer_checkpoint()}),

@@ -54,6 +54,13 @@ class Layout:
         return (self.treedef, self.slots)
 
     @cached_property
+    def structure(self):
+        """The tree with a `jax.ShapeDtypeStruct` per leaf; built once, shared by every packed
+        tree of this layout (describe and diff of 100k-leaf trees would rebuild it each time)."""
+        specs = [jax.ShapeDtypeStruct(s.shape, np.dtype(s.dtype)) for s in self.slots]
+        return self.treedef.unflatten(specs)
+
+    @cached_property
     def _hash(self) -> int:
         return hash(self._key)
 
@@ -104,8 +111,7 @@ class PackedTree:
 
     def structure(self):
         """Returns the tree with a `jax.ShapeDtypeStruct` for each leaf (no data touched)."""
-        leaves = [jax.ShapeDtypeStruct(s.shape, np.dtype(s.dtype)) for s in self.layout.slots]
-        return self.layout.treedef.unflatten(leaves)
+        return self.layout.structure
 
     def leaves(self) -> list:
         """Returns the leaves: views into the buffers (host) or JAX arrays sliced on device."""

@@ -89,7 +89,7 @@ def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:
 
     Args:
         tree: nested dicts, lists and tuples whose leaves are NumPy arrays, JAX arrays,
-            `LazyArray`s or Python / NumPy scalars.
+            `LazyArray`s or Python / NumPy scalars; or a packed tree (`inspector.pack`).
         path: the file to write (replaced if it exists, only once writing succeeded).
         format: "safetensors" or "npz"; by default taken from the suffix of `path`.
 
@@ -108,5 +108,9 @@ def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:
             + (f"unknown format {format!r}" if format else f"no format for suffix {path.suffix!r}")
             + ".\nUse a .safetensors or .npz suffix, or pass format='safetensors' / 'npz'."
         )
+    from inspector.core.packed import PackedTree
+
+    if isinstance(tree, PackedTree):
+        tree = tree.unpack()
     SAVERS[fmt](nesting.flatten(tree), path)
     return path

@@ -49,8 +49,13 @@ class InspectorApp(pn.viewable.Viewer):
         self.tabs = None
 
     def sidebar(self) -> list:
-        return [self.trees, self.export, pmui.Divider(), self.files, pmui.Divider(),
-                self.examples, pmui.Divider(), self.device]
+        files = pmui.Column(sizing_mode="stretch_width", margin=0)
+
+        def fill():  # after the first paint, as the operation and result cards below
+            files.objects = [self.export, pmui.Divider(), self.files]
+
+        pn.state.onload(fill)
+        return [self.trees, files, pmui.Divider(), self.examples, pmui.Divider(), self.device]
 
     def main(self) -> list:
         column = dict(sizing_mode="stretch_width", margin=(5, 5))

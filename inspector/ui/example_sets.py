@@ -19,6 +19,7 @@ EXAMPLE_SETTINGS = {
     "S3: ensemble of 4 MLPs": {"op": "stack", "stack": [f"mlp_{i}" for i in range(4)]},
     "MLP: params and grads": {"op": "weighted_sum", "ws": ["params", "grads"],
                              "weights": [1, -0.1]},
+    "S5: model vs old checkpoint": {"diff": ["model", "checkpoint"]},
     "Soup: two transformer checkpoints": {"op": "weighted_sum", "ws": ["ckpt_a", "ckpt_b"],
                                            "weights": [0.5, 0.5]},
 }

@@ -173,7 +173,7 @@ class InspectorState(param.Parameterized):
         return renamed
 
     def apply_settings(self, settings: dict, names: dict | None = None) -> None:
-        """Sets op settings (`op`, `ws`, `weights`, `index`, `stack`) for trees by name."""
+        """Sets op settings (`op`, `ws`, `weights`, `index`, `stack`, `diff`) for trees by name."""
         names = names or {}
         update: dict = {}
         if "ws" in settings:
@@ -190,6 +190,8 @@ class InspectorState(param.Parameterized):
                 ids = [index.rows[i].path for i in index.children[0]] or [ROOT_ID]
                 texts[tree_name] = {i: v for i, v in zip(ids, values, strict=False) if i in fields}
             update["index_texts"] = texts
+        if "diff" in settings:
+            update["diff_a"], update["diff_b"] = (names.get(n, n) for n in settings["diff"])
         if "op" in settings:
             update["op"] = settings["op"]
         if settings.get("op") == "index":
@@ -229,7 +231,7 @@ class InspectorState(param.Parameterized):
 
     def _opened(self, loaded, exc) -> None:
         if exc is not None:  # say why; every tree loaded before stays
-            self.param.update(error=error_text(exc), open_error=error_text(exc))
+            self.open_error = error_text(exc)  # shown by the picker; not an operation failure
             return
         names = [self.add(t) for t in loaded]
         self.param.update(selected=names[0], open_paths=[], open_error="")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import h5py
 import ml_dtypes
 import numpy as np
-from io_assertions import assert_load_error, assert_tree_equal
 
 from inspector.io import load, sniff
+from tests.io.io_assertions import assert_load_error, assert_tree_equal
 
 
 def _write_keras_like(path):

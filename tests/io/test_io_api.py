@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from io_assertions import assert_load_error, assert_tree_equal
 
 from inspector.core.errors import InspectorError, LoadError
 from inspector.core.lazy import LazyArray
 from inspector.io import FORMATS, load, save, sniff
+from tests.io.io_assertions import assert_load_error, assert_tree_equal
 
 FORMATS_WRITTEN = ["safetensors", "npz"]
 

@@ -9,9 +9,9 @@ import msgpack
 import numpy as np
 import pytest
 from flax import serialization
-from io_assertions import assert_load_error, assert_tree_equal
 
 from inspector.io import load, sniff
+from tests.io.io_assertions import assert_load_error, assert_tree_equal
 
 
 def _state():

@@ -9,11 +9,11 @@ import zipfile
 import ml_dtypes
 import numpy as np
 import pytest
-from io_assertions import assert_load_error, assert_tree_equal
 
 from inspector.core.lazy import LazyArray
 from inspector.io import load, save, sniff
 from inspector.io.npz_format import DTYPES_MEMBER
+from tests.io.io_assertions import assert_load_error, assert_tree_equal
 
 
 def _arrays():

@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from io_assertions import assert_load_error, assert_tree_equal
 
 from inspector.core.lazy import LazyArray
 from inspector.io import load, sniff
+from tests.io.io_assertions import assert_load_error, assert_tree_equal
 
 
 def _state():

@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 import safetensors.numpy
-from io_assertions import assert_load_error, assert_tree_equal
 
 from inspector.core.lazy import LazyArray
 from inspector.io import load, sniff
+from tests.io.io_assertions import assert_load_error, assert_tree_equal
 
 
 def _tensors():

@@ -17,9 +17,9 @@ import zipfile
 import ml_dtypes
 import numpy as np
 import pytest
-from io_assertions import assert_load_error, assert_tree_equal
 
 from inspector.io import load, sniff
+from tests.io.io_assertions import assert_load_error, assert_tree_equal
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 LEGACY_HEADER = b"".join(

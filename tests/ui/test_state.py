@@ -248,4 +248,5 @@ def test_paths_outside_the_root_are_refused(state, tmp_path):
     (tmp_path / "inside").mkdir()
     state.param.update(file_root=str(tmp_path / "inside"), open_paths=[str(tmp_path / "x.npz")])
     state.param.trigger("open_files")
-    assert "outside the folder this app may open" in state.error
+    assert "outside the folder this app may open" in state.open_error
+    assert state.error == ""  # an open failure is not an operation failure

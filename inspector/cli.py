@@ -1,0 +1,93 @@
+"""`pytree-inspector CKPT...`: open checkpoints in the app, served on 127.0.0.1.
+
+    pytree-inspector model.safetensors old.npz --root ~/checkpoints --port 5006 --no-show
+
+This is the only place besides `main.py` that prints or exits: the library raises.
+Exit codes: 0 after the server stopped (Ctrl+C), 2 for bad arguments or unreadable files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROG = "pytree-inspector"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Open pytree checkpoints (safetensors, npz/npy, orbax, flax msgpack, HDF5, "
+        "PyTorch) in the inspector app, served on this machine only. Only the files' headers "
+        "are read at start; the first two files are set up for comparing (a, b).",
+    )
+    parser.add_argument("paths", nargs="*", type=Path, help="checkpoint files or directories")
+    parser.add_argument("--root", type=Path, default=Path.cwd(),
+                        help="folder the app's file picker may open (default: the working "
+                        "directory); paths outside it are refused")
+    parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    parser.add_argument("--address", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--no-show", dest="show", action="store_false",
+                        help="do not open a browser")
+    parser.add_argument("--examples", action=argparse.BooleanOptionalAction, default=None,
+                        help="also load the built-in example trees (default: only when no "
+                        "checkpoint is given)")
+    return parser.parse_args(argv)
+
+
+def load_all(paths: list[Path]) -> dict:
+    """Loads each checkpoint (structure only: leaves are lazy), named by its file name.
+
+    Raises:
+        LoadError: a path is missing or not a checkpoint the inspector reads (named in it).
+    """
+    import inspector
+
+    trees = {}
+    for path in paths:
+        name = path.resolve().name or str(path)
+        while name in trees:
+            name += "'"
+        trees[name] = inspector.load(path)
+    return trees
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    root = args.root.expanduser().resolve()
+    if not root.is_dir():
+        return _fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
+                     "open.")
+    import inspector
+
+    try:
+        trees = load_all(args.paths)
+    except inspector.InspectorError as error:
+        return _fail(str(error))
+    from inspector.ui.app import serve
+
+    def started(url: str) -> None:
+        what = f"{len(trees)} checkpoint(s)" if trees else "the example trees"
+        print(f"{PROG}: serving {what} at {url} (files under {root}; Ctrl+C stops)",
+              flush=True)
+
+    examples = args.examples if args.examples is not None else not trees
+    try:
+        serve(trees, root=root, address=args.address, port=args.port, show=args.show,
+              examples=examples, started=started)
+    except OSError as error:  # the port is taken, the address is not this machine's, ...
+        return _fail(f"cannot serve on {args.address}:{args.port}: {error}")
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

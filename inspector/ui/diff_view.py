@@ -1,0 +1,271 @@
+"""The diff view: two loaded trees compared, summary first, then their union as a lazy tree.
+
+a is the expected tree (the model's own parameters), b the one checked against it (a
+checkpoint that will not restore). The summary counts what differs; the tree shows every key
+path of either tree with a coloured badge where they differ; selecting a leaf reads that leaf
+in both trees (only that one) and shows max |a - b| and the relative L2 difference.
+"""
+
+from __future__ import annotations
+
+import html
+
+import panel as pn
+import panel_material_ui as pmui
+
+from inspector.ui.diff_index import BADGE_COLORS, KIND_HELP, KINDS
+from inspector.ui.formatting import MONO, human_bytes, human_count, plural
+from inspector.ui.tree_index import ROOT_ID
+from inspector.ui.tree_view import LazyTree, _find, _item_at
+
+_HINT = ("Pick two loaded trees: **a**, the expected tree (the model's parameters), and **b**, "
+         "the tree to check against it (a checkpoint). Open checkpoints from the sidebar.")
+
+
+def _pill(text: str, color: str, outlined: bool = False) -> str:
+    main = f"var(--mui-palette-{color}-main)"
+    style = (f"border:1px solid {main};color:{main};background:transparent" if outlined else
+             f"background:{main};color:var(--mui-palette-{color}-contrastText, #fff)")
+    return (f"<span class='diff-pill diff-{html.escape(text.split()[-1])}' style='{style};"
+            f"border-radius:12px;padding:1px 9px;margin-right:6px;font-size:12.5px;"
+            f"font-weight:500;white-space:nowrap'>{html.escape(text)}</span>")
+
+
+class DiffSummary(pn.viewable.Viewer):
+    """How many differences of each kind, matched leaves, and each tree's totals."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self.html = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
+        state.param.watch(self._update, ["diff_result", "busy"])
+        self._update()
+
+    def __panel__(self):
+        return self.html
+
+    def _update(self, *_):
+        d = self._state.diff_result
+        if d is None:
+            busy = self._state.busy and self._state.status.startswith("Comparing")
+            self.html.object = "<p>Comparing …</p>" if busy else ""
+            return
+        n = len(d.differences)
+        total = max(d.a.totals[0], 1)
+        if n == 0:
+            verdict = (f"<span style='color:var(--mui-palette-success-main)'>No differences"
+                       f"</span>: same key paths, shapes and dtypes; "
+                       f"{plural(d.matched, 'leaf', 'leaves')} match.")
+        else:
+            verdict = (f"{plural(n, 'difference')} &nbsp; " + "".join(
+                _pill(f"{d.counts.get(k, 0)} {k}", BADGE_COLORS[k], not d.counts.get(k, 0))
+                for k in KINDS) + f" &nbsp; {d.matched:,} of {total:,} leaves of a match")
+        rows = "".join(
+            f"<tr><td><b>{label}</b></td><td>{html.escape(side.name)}</td>"
+            f"<td>{side.totals[0]:,}</td><td>{human_count(side.totals[1])}</td>"
+            f"<td>{human_bytes(side.totals[2])}</td></tr>"
+            for label, side in (("a", d.a), ("b", d.b)))
+        self.html.object = (
+            f"<div class='diff-summary'><div style='font-size:15px;margin:4px 0 8px 0'>"
+            f"{verdict}</div>"
+            f"<table style='border-collapse:collapse;font-size:13px' cellpadding='3'>"
+            f"<tr style='color:var(--mui-palette-text-secondary)'><td></td><td>tree</td>"
+            f"<td>leaves</td><td>params</td><td>bytes</td></tr>{rows}</table></div>")
+
+
+class DiffTreeView(pn.viewable.Viewer):
+    """The union of both trees as a lazy `pmui.Tree`, fed from the `TreeDiff`'s index exactly
+    as `TreeView` feeds the input tree (children sent on expand, ranges of 100)."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self._syncing = False
+        self.tree = LazyTree(items=[], multi_select=False, level_indent=14,
+                             sizing_mode="stretch_width", margin=(0, 0),
+                             # Bounded: each row's badges sit at its end, near its label.
+                             sx={"maxWidth": "860px", "maxHeight": "620px", "overflowY": "auto",
+                                 "& .MuiTypography-body2": {"fontSize": "13.5px"},
+                                 "& .labelIcon": {"fontSize": "1.05rem"},
+                                 "& .MuiButton-root": {"minWidth": 0, "padding": "0 8px",
+                                                       "lineHeight": 1.6, "fontSize": "12px",
+                                                       "textTransform": "none"}})
+        self.tree.param.watch(self._on_expanded, "expanded")
+        self.tree.param.watch(self._on_active, "active")
+        state.param.watch(self._update, ["diff_result", "diff_only", "diff_expanded",
+                                         "diff_path", "diff_values"])
+        self._update()
+
+    def __panel__(self):
+        return self.tree
+
+    def index(self):
+        d = self._state.diff_result
+        return None if d is None else d.index(self._state.diff_only)
+
+    def _update(self, *_):
+        d, index = self._state.diff_result, self.index()
+        if index is None:
+            self._set(items=[], expanded=[], active=[])
+            return
+        expanded, path = self._state.diff_expanded, self._state.diff_path
+        items, paths = index.items(expanded, root_label=f"{d.a.name} vs {d.b.name}",
+                                   values=self._state.diff_values)
+        at = _find(items, path) if path else None
+        if path and at is None:
+            missing = [i for i in index.reveal(path) if i not in expanded]
+            if missing:
+                self._state.diff_expanded = [*expanded, *missing]
+                return
+        self._set(items=items, expanded=paths, active=[at] if at else [])
+
+    def _set(self, **values):
+        self._syncing = True
+        try:
+            self.tree.param.update(**values)
+        finally:
+            self._syncing = False
+
+    def _on_expanded(self, event):
+        index = self.index()
+        if self._syncing or index is None:
+            return
+        ids = [item["id"] for p in event.new if (item := _item_at(self.tree.items, p))]
+        before = self._state.diff_expanded
+        visible = set(index.visible_ids(before))
+        after = [i for i in before if i not in visible] + ids
+        for new in set(ids) - set(before):  # as in TreeView: one open range per parent
+            closing = set(index.sibling_ranges(new))
+            after = [i for i in after if i not in closing]
+        self._state.diff_expanded = after
+
+    def _on_active(self, event):
+        if self._syncing or not event.new:
+            return
+        item = _item_at(self.tree.items, event.new[0])
+        index = self.index()
+        if item is not None and index is not None and index.row_of(item["id"]) is not None:
+            self._state.diff_path = item["id"]
+
+    # for tests ------------------------------------------------------------------------------
+
+    def expand(self, node_id: str) -> None:
+        """Expands a node as a click on its arrow would."""
+        path = _find(self.tree.items, node_id)
+        if path is None:
+            raise KeyError(f"{node_id!r} is not shown")
+        self.tree.expanded = [*self.tree.expanded, path]
+
+    def select(self, node_id: str) -> None:
+        """Selects a node as a click on its row would."""
+        path = _find(self.tree.items, node_id)
+        if path is None:
+            raise KeyError(f"{node_id!r} is not shown")
+        self.tree.active = [path]
+
+    def shown(self) -> dict[str, dict]:
+        """Every item the widget holds, by id (placeholders excluded)."""
+        out: dict[str, dict] = {}
+
+        def walk(items):
+            for item in items:
+                if item.get("selectable") is not False:
+                    out[item["id"]] = item
+                walk(item.get("items") or [])
+
+        walk(self.tree.items)
+        return out
+
+
+class DiffLeafView(pn.viewable.Viewer):
+    """The selected node: what each tree has there, its differences, and for a leaf in both
+    trees of one shape, max |a - b| and the relative L2 difference (read on selection)."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self.html = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
+        state.param.watch(self._update, ["diff_result", "diff_path", "diff_values", "busy"])
+        self._update()
+
+    def __panel__(self):
+        return self.html
+
+    def _update(self, *_):
+        d, path = self._state.diff_result, self._state.diff_path
+        if d is None or not path or d.row(path) is None:
+            self.html.object = ("<p style='color:var(--mui-palette-text-secondary)'>Select a "
+                                "node to see both sides; selecting a leaf compares its values."
+                                "</p>") if d is not None else ""
+            return
+        shown = html.escape(path or ROOT_ID)
+        found = [x for x in d.differences if x.path == path]
+        lines = [f"<div style='font-family:{MONO};font-size:13px;margin-bottom:6px;"
+                 f"word-break:break-all'><b>{shown}</b></div><table style='font-size:13px'"
+                 f" cellpadding='2'>"]
+        for label, side in (("a", d.a), ("b", d.b)):
+            lines.append(f"<tr><td><b>{label}</b>&nbsp;{html.escape(side.name)}</td>"
+                         f"<td style='font-family:{MONO}'>"
+                         f"{html.escape(d.describe_side(path, label))}</td></tr>")
+        lines.append("</table>")
+        if found:
+            lines.append("<div style='margin:6px 0'>" + "".join(
+                _pill(x.kind, BADGE_COLORS[x.kind]) for x in found) + "</div>")
+            lines += [f"<div style='font-size:12.5px'>{html.escape(KIND_HELP[x.kind])}</div>"
+                      for x in found]
+        if d.comparable(path):
+            value = self._state.diff_values.get(path)
+            if value is None:
+                text = "reading both leaves …" if self._state.busy else ""
+            elif isinstance(value, str):
+                text = f"<span class='diff-value-error' style='color:" \
+                       f"var(--mui-palette-error-main)'>{html.escape(value)}</span>"
+            else:
+                text = (f"<span class='diff-value'>max |a − b| = <b>{value[0]:.6g}</b>"
+                        f" &nbsp; relative L2 = <b>{value[1]:.3g}</b></span>")
+            lines.append(f"<div style='margin-top:8px;font-size:13.5px'>{text}</div>")
+        self.html.object = "".join(lines)
+
+
+class DiffView(pn.viewable.Viewer):
+    """Pick a and b; see the summary, then the tree of both with badges, and the selected node."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self.a = pmui.Select(label="a: expected (the model)", options=[], width=260,
+                             margin=(5, 10))
+        self.b = pmui.Select(label="b: compared with it (a checkpoint)", options=[], width=260,
+                             margin=(5, 10))
+        self.swap = pmui.Button(label="Swap", icon="swap_horiz", variant="text",
+                                align="center", margin=(5, 0))
+        self.only = pmui.Switch.from_param(state.param.diff_only, label="only differences",
+                                           align="center", margin=(5, 10))
+        self.a.param.watch(lambda e: setattr(state, "diff_a", e.new or ""), "value")
+        self.b.param.watch(lambda e: setattr(state, "diff_b", e.new or ""), "value")
+        self.swap.on_click(lambda _: state.param.update(diff_a=state.diff_b, diff_b=state.diff_a))
+        self.summary = DiffSummary(state)
+        self.tree = DiffTreeView(state)
+        self.leaf = DiffLeafView(state)
+        self.hint = pmui.Typography(_HINT, variant="body2", margin=(10, 10))
+        state.param.watch(self._update_choices, ["trees", "diff_a", "diff_b"])
+        state.param.watch(self._update_visible, ["diff_result"])
+        self._update_choices()
+        self._update_visible()
+
+    def __panel__(self):
+        pickers = pmui.Row(self.a, self.swap, self.b, self.only, margin=(0, 0))
+        details = pmui.Column(
+            pmui.Typography("Selected", variant="subtitle2", margin=(0, 10)), self.leaf,
+            width=340, margin=(0, 5))
+        return pmui.Column(pickers, self.hint, self.summary,
+                           pmui.Row(self.tree, details, sizing_mode="stretch_width"),
+                           sizing_mode="stretch_width")
+
+    def _update_choices(self, *_):
+        names = list(self._state.trees)
+        self.a.param.update(options=names, value=self._state.diff_a or None)
+        self.b.param.update(options=names, value=self._state.diff_b or None)
+
+    def _update_visible(self, *_):
+        self.hint.visible = self._state.diff_result is None

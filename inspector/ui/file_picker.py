@@ -1,0 +1,68 @@
+"""Opening checkpoints: a file picker over the server's disk (inside the root only) and uploads."""
+
+from __future__ import annotations
+
+import panel as pn
+import panel_material_ui as pmui
+
+from inspector.ui.checkpoint_files import MAX_UPLOAD_BYTES
+from inspector.ui.formatting import human_bytes, pre
+
+
+class FileOpener(pn.viewable.Viewer):
+    """Opens checkpoint files and orbax folders from inside `state.file_root` (the launcher's
+    `--root`), and small files uploaded from the browser. Opening reads headers only; a file
+    that fails shows why and every tree already loaded stays."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self.picker = None
+        if state.file_root:
+            self.picker = pmui.FileSelector(
+                directory=state.file_root, root_directory=state.file_root, size=6,
+                sizing_mode="stretch_width", margin=(5, 10))
+            self.picker.param.watch(self._on_pick, "value")
+            state.param.watch(self._update_pick, "open_paths")
+        self.open = pmui.Button.from_param(
+            state.param.open_files, label="Open selected", icon="folder_open", variant="outlined",
+            sizing_mode="stretch_width", disabled=state.param.busy)
+        self.upload = pmui.FileInput(
+            label=f"Upload a file (up to {human_bytes(MAX_UPLOAD_BYTES)})", multiple=False,
+            max_file_size=MAX_UPLOAD_BYTES, variant="outlined", sizing_mode="stretch_width",
+            margin=(5, 10))
+        self.upload.param.watch(self._on_upload, "value")
+        self._error = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)
+        self.alert = pmui.Alert(self._error, severity="error", title="Could not open",
+                                sizing_mode="stretch_width", visible=False, margin=(5, 10))
+        state.param.watch(self._update_error, "open_error")
+
+    def __panel__(self):
+        title = pmui.Typography("Open a checkpoint", variant="subtitle2", margin=(5, 10, 0, 10))
+        parts = [title]
+        if self.picker is not None:
+            parts += [
+                pmui.Typography("Click files or orbax folders to select them; double-click a "
+                                "folder to enter it.", variant="caption", margin=(0, 10)),
+                self.picker, self.open]
+        parts += [self.upload, self.alert]
+        return pmui.Column(*parts, sizing_mode="stretch_width")
+
+    def _on_pick(self, event):
+        self._state.open_paths = [str(p) for p in event.new]
+
+    def _update_pick(self, *_):
+        if [str(p) for p in self.picker.value] != self._state.open_paths:
+            self.picker.value = list(self._state.open_paths)
+
+    def _on_upload(self, event):
+        if event.new is None:
+            return
+        data, filename = event.new, self.upload.filename
+        self.upload.clear()  # the same file may be uploaded again
+        self._state.open_upload(filename, data)
+
+    def _update_error(self, *_):
+        error = self._state.open_error
+        self._error.object = pre(error, css_class="open-error") if error else ""
+        self.alert.visible = bool(error)

@@ -1,0 +1,116 @@
+"""End-to-end: checkpoints through the launcher, the file picker and the diff view, in chromium."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+import inspector
+
+pytestmark = pytest.mark.browser
+
+MODEL = {"dense": {"kernel": np.ones((4, 3), np.float32), "bias": np.zeros(3, np.float32)},
+         "norm": {"scale": np.ones(3, np.float32)}}
+OLD = {"dense": {"kernel": np.ones((3, 4), np.float32)},
+       "norm": {"scale": np.ones(3, np.float16), "offset": np.zeros(3, np.float32)}}
+
+
+def node(page, node_id: str):
+    """The tree item whose id (key path) is `node_id` (the DOM id ends with it)."""
+    return page.locator(f'li[role=treeitem][id$="-{node_id}"]').first
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """`python -m inspector model.safetensors old.npz --no-show --port P` in a folder that also
+    holds a third checkpoint for the picker; yields the URL the launcher printed."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    inspector.save(MODEL, folder / "model.safetensors")
+    inspector.save(OLD, folder / "old.npz")
+    inspector.save({"extra_tree": {"x": np.arange(5, dtype=np.int32)}}, folder / "third.npz")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inspector", "model.safetensors", "old.npz", "--no-show",
+         "--port", str(port)], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line)
+        assert match, f"the launcher printed {line!r} (exit code {proc.poll()})"
+        url = match.group(1)
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=5).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"the launcher did not serve {url} (exit code {proc.poll()})")
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        proc.stdout.close()
+
+
+@pytest.fixture
+def page(browser, launched):
+    context = browser.new_context(viewport={"width": 1680, "height": 1050})
+    p = context.new_page()
+    p.set_default_timeout(15_000)
+    p.goto(launched)
+    yield p
+    context.close()
+
+
+def test_the_launcher_shows_the_files_trees(page):
+    root = page.get_by_role("treeitem", name=re.compile(r"^model\.safetensors")).first
+    root.wait_for()
+    kernel = node(page, "['dense']['kernel']").inner_text()
+    assert "['kernel']\u2003float32[4,3]\u200348 B" in kernel
+    assert page.get_by_text("old.npz", exact=True).count() >= 1  # listed in the sidebar
+
+
+def test_opening_a_file_through_the_picker(page):
+    page.get_by_role("treeitem").first.wait_for()
+    page.locator(".file-selector-item", has_text="third.npz").click()
+    page.get_by_text("Open selected").click()
+    leaf = node(page, "['extra_tree']['x']")
+    leaf.wait_for()
+    assert "int32[5]" in leaf.inner_text()
+    assert page.get_by_text("file third.npz", exact=False).count() >= 1
+
+
+def test_comparing_the_two_files_shows_the_badges(page):
+    page.get_by_role("treeitem").first.wait_for()
+    page.get_by_role("tab", name="Compare trees").click()
+    summary = page.locator(".diff-summary")
+    summary.wait_for()
+    text = summary.inner_text()
+    assert "4 differences" in text and "1 missing" in text and "1 extra" in text
+    assert "1 shape" in text and "1 dtype" in text
+    badges = {"['dense']['bias']": "missing", "['dense']['kernel']": "shape",
+              "['norm']['scale']": "dtype", "['norm']['offset']": "extra"}
+    for path, kind in badges.items():
+        badge = node(page, path).get_by_role("button", name=kind, exact=True)
+        badge.wait_for()
+        assert badge.is_visible()
+    page.get_by_text("only differences").click()
+    node(page, "['dense']['kernel']").locator(":scope > div").first.click()
+    page.get_by_text("shapes differ").wait_for()
+    node(page, "['norm']['scale']").locator(":scope > div").first.click()  # reads both leaves
+    page.locator(".diff-value").wait_for()
+    assert "max |a − b| = 0" in page.locator(".diff-value").inner_text()

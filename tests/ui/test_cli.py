@@ -1,0 +1,60 @@
+"""The launcher: `pytree-inspector CKPT...` / `python -m inspector CKPT...`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+import inspector
+from inspector import cli
+from inspector.ui import app
+
+
+def test_a_bad_file_exits_2_naming_it_without_a_traceback(tmp_path):
+    (tmp_path / "bad.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    inspector.save({"w": np.ones(2)}, tmp_path / "good.npz")
+    done = subprocess.run([sys.executable, "-m", "inspector", "good.npz", "bad.safetensors",
+                           "--no-show"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("pytree-inspector: Cannot load bad.safetensors: ")
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_a_missing_file_and_a_bad_root_exit_2(tmp_path, capsys):
+    assert cli.main([str(tmp_path / "nope.npz"), "--no-show"]) == 2
+    err = capsys.readouterr().err
+    assert f"Cannot load {tmp_path / 'nope.npz'}: the path does not exist." in err
+    assert cli.main(["--root", str(tmp_path / "nowhere"), "--no-show"]) == 2
+    assert f"--root {tmp_path / 'nowhere'}: not a folder" in capsys.readouterr().err
+
+
+def test_arguments_and_names(tmp_path):
+    args = cli.parse_args(["a.safetensors", "b.npz", "--port", "5010", "--no-show"])
+    assert [str(p) for p in args.paths] == ["a.safetensors", "b.npz"]
+    assert (args.port, args.show, args.address, args.examples) == (5010, False, "127.0.0.1",
+                                                                   None)
+    assert cli.parse_args([]).show and cli.parse_args(["--examples"]).examples
+    inspector.save({"w": np.ones(2)}, tmp_path / "m.npz")
+    (tmp_path / "sub").mkdir()
+    inspector.save({"w": np.ones(3)}, tmp_path / "sub" / "m.npz")
+    trees = cli.load_all([tmp_path / "m.npz", tmp_path / "sub" / "m.npz"])
+    assert list(trees) == ["m.npz", "m.npz'"]  # same file name twice: told apart
+
+
+def test_main_serves_the_loaded_trees_with_the_root(tmp_path, monkeypatch, capsys):
+    inspector.save({"w": np.ones(2)}, tmp_path / "m.npz")
+    calls = {}
+
+    def fake_serve(trees, **kwargs):
+        calls.update(trees=trees, **kwargs)
+        kwargs["started"]("http://127.0.0.1:1234/inspector")
+
+    monkeypatch.setattr(app, "serve", fake_serve)
+    assert cli.main([str(tmp_path / "m.npz"), "--root", str(tmp_path), "--no-show"]) == 0
+    assert list(calls["trees"]) == ["m.npz"] and calls["root"] == tmp_path.resolve()
+    assert calls["show"] is False and calls["examples"] is False and calls["port"] == 0
+    assert "serving 1 checkpoint(s) at http://127.0.0.1:1234/inspector" in \
+        capsys.readouterr().out
