@@ -18,10 +18,11 @@ import re
 
 import panel as pn
 import panel_material_ui as pmui
+import param
+from panel.custom import JSComponent
 
 from inspector import examples
-
-_COPY_JS = "navigator.clipboard.writeText(area.data.value)"
+from inspector.ui.formatting import MONO
 
 
 def snippet(call: dict, sources: dict[str, str] | None = None,
@@ -192,6 +193,63 @@ def state_snippet(state) -> str:
     return snippet(state.history[-1]["call"], sources, state.history[:-1])
 
 
+# Material Design's content_copy icon (Apache 2.0), inline: nothing to fetch.
+_COPY_ICON = (
+    '<svg viewBox="0 0 24 24" aria-hidden="true"><path d="M16 1H4c-1.1 0-2 .9-2 2v14h2V3h12V1zm3'
+    ' 4H8c-1.1 0-2 .9-2 2v14c0 1.1.9 2 2 2h11c1.1 0 2-.9 2-2V7c0-1.1-.9-2-2-2zm0 16H8V7h11v14z"/>'
+    '</svg>')
+
+
+class CopyButton(JSComponent):
+    """A button that copies `text` to the clipboard, in the browser itself: the copy needs
+    the click's user activation (a round trip to Python would lose it), and the button works
+    wherever it is added, also after the page loaded (Panel's JS links are set up only on a
+    page's first render)."""
+
+    text = param.String(default="", doc="What a click copies.")
+    label = param.String(default="Copy as code", doc="The button's text.")
+    description = param.String(default="Copy the last run as Python code",
+                               doc="Tooltip and accessible name.")
+
+    _esm = """
+    export function render({ model }) {
+      const button = document.createElement("button")
+      button.type = "button"
+      button.className = "copy-button"
+      const icon = 'COPY_ICON'
+      const show = (text) => {
+        button.innerHTML = icon + "<span></span>"
+        button.lastChild.textContent = text
+        button.title = model.description
+        button.setAttribute("aria-label", model.description)
+      }
+      show(model.label)
+      button.onclick = async () => {
+        try {
+          await navigator.clipboard.writeText(model.text)
+          show("Copied")
+        } catch (error) {
+          show("Copy failed: select the text")
+        }
+        setTimeout(() => show(model.label), 1500)
+      }
+      model.on(["label", "description"], () => show(model.label))
+      return button
+    }
+    """.replace("COPY_ICON", _COPY_ICON)
+
+    _stylesheets = ["""
+    button.copy-button {
+      display: inline-flex; align-items: center; gap: 6px; cursor: pointer;
+      font: 500 13px/1.7 Roboto, Helvetica, Arial, sans-serif; letter-spacing: 0.02em;
+      color: var(--mui-palette-primary-main, #1976d2); background: transparent;
+      border: 1px solid rgba(25, 118, 210, 0.5); border-radius: 4px; padding: 3px 9px;
+    }
+    button.copy-button:hover { background: rgba(25, 118, 210, 0.04); border-color: #1976d2; }
+    button.copy-button svg { width: 16px; height: 16px; fill: currentColor; }
+    """]
+
+
 class CodeSnippetView(pn.viewable.Viewer):
     """'Copy as code': the last run as a short script, shown and copied to the clipboard."""
 
@@ -201,12 +259,8 @@ class CodeSnippetView(pn.viewable.Viewer):
         self.area = pmui.TextAreaInput(
             value="", label="The last run as code", auto_grow=True, rows=3, max_rows=14,
             sizing_mode="stretch_width", margin=(5, 5),
-            sx={"& textarea": {"fontFamily": "ui-monospace, Menlo, Consolas, monospace",
-                               "fontSize": "12.5px"}})
-        self.button = pmui.Button(label="Copy as code", icon="content_copy", variant="outlined",
-                                  size="small", description="Copy the last run as Python code",
-                                  margin=(5, 5))
-        self.button.js_on_click(args={"area": self.area}, code=_COPY_JS)
+            sx={"& textarea": {"fontFamily": MONO, "fontSize": "12.5px"}})
+        self.button = CopyButton(margin=(5, 5))
         self._layout = pmui.Column(self.button, self.area, sizing_mode="stretch_width",
                                    visible=False, margin=0)
         state.param.watch(self._update, ["history", "trees"])
@@ -222,5 +276,5 @@ class CodeSnippetView(pn.viewable.Viewer):
 
     def _update(self, *_):
         code = state_snippet(self._state)
-        self.area.value = code
+        self.area.value = self.button.text = code
         self._layout.visible = bool(code)

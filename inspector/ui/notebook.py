@@ -1,0 +1,311 @@
+"""`inspector.show(...)` / `inspector.Inspector(...)`: the app as a live widget in a notebook cell.
+
+    import inspector
+    inspector.show(t1=t1, t2=t2, t3=t3)     # the trees, their sums, indexing, stacking, timing
+
+The same state and views as the served app, laid out for the width of a cell. Two things make
+it fit a notebook, where every output carries its own resources:
+
+- Offline: `show()` loads Panel's notebook support once, with every resource inline (no CDN),
+  plus the icon and Roboto fonts as data URLs (the inlined CSS points at font files a notebook
+  cannot serve).
+- Size: panel-material-ui puts its whole 1.4 MB JavaScript bundle into every component of a
+  notebook output (about 50 here: a 78 MB cell). The page compiles the bundle once and caches
+  it by the bundle's hash, so in an inspector cell only the first component the page sets up
+  carries it, and later components (sent when views change) carry none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import weakref
+from pathlib import Path
+
+import panel as pn
+import panel_material_ui as pmui
+from bokeh.models import ImportedStyleSheet
+from panel.io.notebook import replace_inline_css
+from panel.reactive import Reactive
+from panel_material_ui.base import MaterialComponent
+
+from inspector.core.errors import InspectorError
+from inspector.ui.app import InspectorApp
+from inspector.ui.state import InspectorState
+
+SOURCE = "notebook"
+
+
+class Inspector(pn.viewable.Viewer):
+    """The inspector for the trees given, as a notebook widget (display it: last line of a cell).
+
+    A single positional tree is named `tree`, several are `tree0`, `tree1`, ...; keyword trees
+    keep their keyword. Trees of one structure are preselected for the weighted sum (uniform
+    weights) and for stacking. `.state` is the session state (`InspectorState`): set its params
+    from code to drive the widget, e.g. `insp.state.ws_weights = [1, 2, 3]`.
+
+    Args:
+        examples: also load the app's built-in example trees.
+        background: run operations in a worker thread (default: inside a Jupyter kernel, where
+            the kernel's event loop brings the result back; elsewhere they run at once).
+    """
+
+    def __init__(self, *trees, examples: bool = False, background: bool | None = None,
+                 **named):
+        super().__init__()
+        if background is None:
+            background = _in_kernel()
+        self.state = NotebookState(background=background)
+        if examples:
+            self.state.load_defaults()
+        positional = {"tree": trees[0]} if len(trees) == 1 else {
+            f"tree{i}": tree for i, tree in enumerate(trees)}
+        given = [self.state.add_tree(name, tree, SOURCE)
+                 for name, tree in {**positional, **named}.items()]
+        if given:
+            self.state.selected = given[0]
+            _preselect(self.state, given)
+        self.examples = examples
+        self.app = InspectorApp(self.state)
+
+    def __panel__(self):
+        app = self.app
+        card = dict(margin=(5, 5), sizing_mode="stretch_width")
+        loader = [app.examples, pmui.Divider()] if self.examples else []
+        side = [app.trees, pmui.Divider(), *loader, app.device]
+        layout = pmui.Column(
+            pmui.Row(
+                pmui.Card(*side, title="Trees", width=300, margin=(5, 5), collapsible=False),
+                pmui.Card(app.input, title="Input tree", min_width=360, collapsible=False,
+                          **card),
+                sizing_mode="stretch_width"),
+            pmui.Row(
+                pmui.Card(app.operation, title="Operation", width=460, margin=(5, 5),
+                          collapsible=False),
+                pmui.Card(app.result, title="Result", min_width=380,
+                          collapsible=False, **card),
+                sizing_mode="stretch_width"),
+            sizing_mode="stretch_width")
+        return _Cell(_carrier(), layout, sizing_mode="stretch_width")
+
+    def run(self):
+        """Runs the current operation now, in this thread; returns its `RunResult` (the widget
+        shows it too). For scripts and tests: clicks on Run go to a worker thread.
+
+        Raises:
+            InspectorError: the operation failed (the widget shows the same message), or
+                another one is running.
+        """
+        state = self.state
+        if state.busy:
+            raise InspectorError("An operation is running: run again once it is done.")
+        before = len(state.history)
+        background, state.background = state.background, False
+        try:
+            state.param.trigger("run")
+        finally:
+            state.background = background
+        if len(state.history) == before:
+            raise InspectorError(state.error or "The operation did not run.")
+        return state.result
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        load_notebook_support()  # shown without `show()`: load the notebook support first
+        return super()._repr_mimebundle_(include, exclude)
+
+
+class NotebookState(InspectorState):
+    """The session state of a notebook widget: in the background, work starts from the
+    kernel's event loop once the widget message that asked for it is handled.
+
+    While Panel handles a message from the page it holds the document; a change made then to
+    a param that a text view shows comes back to Python as if the page had made it, and the
+    view then shows its own escaped HTML (seen: the status line stuck on
+    `<p>&lt;p&gt;Running …`). Starting the work a moment later avoids that.
+    """
+
+    def _submit(self, make, coalesce: str | None = None) -> None:
+        if self.background:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop: run as the state does
+                loop = None
+            if loop is not None:
+                loop.call_soon(InspectorState._submit, self, make, coalesce)
+                return
+        super()._submit(make, coalesce)
+
+
+def show(*trees, examples: bool = False, background: bool | None = None,
+         **named) -> Inspector:
+    """Returns the inspector widget for these trees (display it: the last line of a cell).
+
+    Loads Panel's notebook support once, with every resource inline, so it works offline.
+    Outside a notebook it only builds the widget (nothing is served, nothing blocks).
+
+    Example (in a notebook cell)::
+
+        insp = inspector.show(t1=t1, t2=t2, t3=t3)   # or show(tree): a tree named "tree"
+        insp.state.ws_weights = [1, 2, 3]
+        insp                                         # the widget
+    """
+    load_notebook_support()
+    return Inspector(*trees, examples=examples, background=background, **named)
+
+
+_LOADED = False
+
+
+def load_notebook_support() -> None:
+    """Loads Panel's notebook extension (inline resources, Tabulator, the fonts) once."""
+    global _LOADED
+    if _LOADED:
+        return
+    pn.extension("tabulator", inline=True, global_css=[font_css()])
+    _LOADED = True
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _preselect(state: InspectorState, names: list[str]) -> None:
+    first = state.trees[names[0]].index.rows
+    same = [n for n in names if _same_structure(state.trees[n].index.rows, first)]
+    if len(same) >= 2:
+        state.param.update(ws_names=same, ws_weights=[1 / len(same)] * len(same),
+                           stack_names=same)
+
+
+def _same_structure(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        (x.path, x.kind, x.shape, x.dtype) == (y.path, y.kind, y.shape, y.dtype)
+        for x, y in zip(a, b, strict=True))
+
+
+# Fonts ------------------------------------------------------------------------------------------
+
+_FONT_FILES = re.compile(r"material-icons-[A-Z0-9]+\.woff2|roboto-latin-(ext-)?\d+-normal")
+
+
+def font_css() -> str:
+    """The @font-face rules of panel-material-ui's icon font and Roboto (latin) with the woff2
+    files inlined as data URLs, for the notebook page (fonts declared inside a component's
+    shadow root are not used by the browser)."""
+    css_path = Path(pmui.__file__).parent / "dist" / "material-icons.css"
+    rules = []
+    for block in re.findall(r"@font-face\s*{[^}]*}", css_path.read_text()):
+        woff2 = re.search(r'url\("\./([^"]+\.woff2)"\)', block)
+        if woff2 is None or not _FONT_FILES.search(woff2.group(1)):
+            continue
+        data = base64.b64encode((css_path.parent / woff2.group(1)).read_bytes()).decode()
+        src = f'src: url(data:font/woff2;base64,{data}) format("woff2");'
+        rules.append(re.sub(r"src:[^;]*;", lambda _, s=src: s, block))
+    return "\n".join(rules)
+
+
+# One copy of the component bundle per cell, stylesheets inline ---------------------------------
+
+_CARRIERS: weakref.WeakSet = weakref.WeakSet()
+_CELL_ROOTS: set[str] = set()
+_CELL_SHEETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # doc: {url: sheet}
+
+
+class _Cell(pn.Column):
+    """The root of an inspector cell: its first child carries the component bundle."""
+
+
+def _carrier() -> pmui.Typography:
+    # A pmui leaf as the root's first child: the page sets up (Bokeh "finalizes") a cell's
+    # models children first and in order, so this is the cell's first component to load the
+    # bundle; the others find it in the page's module cache.
+    carrier = pmui.Typography("", margin=0, height=0, visible=False)
+    _CARRIERS.add(carrier)
+    return carrier
+
+
+def icon_css() -> str:
+    """panel-material-ui's icon classes (`.material-icons`): in a served app they come with
+    the bundle's CSS, which notebook outputs do not get."""
+    css = (Path(pmui.__file__).parent / "dist" / "panel-material-ui.bundle.css").read_text()
+    return "".join(re.findall(r"\.material-icons[\w-]*\{[^}]*\}", css))
+
+
+_get_model = MaterialComponent._get_model
+_get_material_properties = MaterialComponent._get_properties
+
+
+def _get_model_in_a_cell(self, doc, root=None, parent=None, comm=None):
+    """`MaterialComponent._get_model`, made to fit an inspector cell (see the module doc).
+
+    Marks the cell (its root and document) when the carrier is created: the components created
+    after it in the cell get their properties from `_material_properties_in_a_cell`. The root
+    (Panel's design wrapper), created before it, is fixed here; a new model is not in the
+    document yet, so changing it sends no extra message.
+    """
+    model = _get_model(self, doc, root, parent, comm)
+    if comm is None or not pn.config.inline or model.bundle in (None, "url"):
+        return model
+    ref = (root or model).ref["id"]  # no root: this is the root
+    if self in _CARRIERS:
+        _CELL_ROOTS.add(ref)
+        _CELL_SHEETS.setdefault(doc, {})
+    elif ref in _CELL_ROOTS:
+        model.esm = ""
+    else:
+        return model
+    model.css_bundle = _ICON_CSS
+    return model
+
+
+def _material_properties_in_a_cell(self, doc):
+    """`MaterialComponent._get_properties` in an inspector cell: no bundle (but in the carrier)
+    and the icon classes. Used for new components and for updates: a pane whose text changes
+    (`pmui.Typography`) re-sends all its properties, and a re-sent bundle makes the page load
+    the module again (the component then shows stale text)."""
+    props = _get_material_properties(self, doc)
+    if (doc is None or doc not in _CELL_SHEETS or not pn.config.inline
+            or props.get("bundle") in (None, "url")):
+        return props
+    props["css_bundle"] = _ICON_CSS
+    if self not in _CARRIERS:
+        props["esm"] = ""
+    return props
+
+
+_get_properties = Reactive._get_properties
+
+
+def _get_properties_inline(self, doc):
+    """`Reactive._get_properties` with Panel's CDN stylesheets inlined in inspector cells.
+
+    Panel inlines the stylesheets of a cell's first render only: a component added later, or a
+    pane whose text changes (it re-sends all its properties), would fetch them from the CDN.
+    One inline sheet per URL and cell, shared by its components.
+    """
+    props = _get_properties(self, doc)
+    sheets = _CELL_SHEETS.get(doc) if doc is not None else None
+    if sheets is None or "stylesheets" not in props or not pn.config.inline:
+        return props
+    inlined = []
+    for sheet in props["stylesheets"]:
+        if isinstance(sheet, ImportedStyleSheet):
+            url = sheet.url
+            if url not in sheets:
+                sheets[url] = replace_inline_css(sheet)
+            sheet = sheets[url]
+        inlined.append(sheet)
+    props["stylesheets"] = inlined
+    return props
+
+
+_ICON_CSS = icon_css()
+MaterialComponent._get_model = _get_model_in_a_cell
+MaterialComponent._get_properties = _material_properties_in_a_cell
+Reactive._get_properties = _get_properties_inline
