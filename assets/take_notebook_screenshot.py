@@ -75,7 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "assets" / "notebook.png"))
     parser.add_argument("--width", type=int, default=1500)
-    parser.add_argument("--height", type=int, default=1640)
+    parser.add_argument("--height", type=int, default=1580)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -35,8 +35,9 @@ for difference in inspector.diff(model, ckpt):
     print(difference)
 
 # %% [markdown]
-# Both trees side by side in the widget: the checkpoint's leaves stay lazy until an operation
-# reads them.
+# The widget opens on the comparison of the two trees: every difference with its key path,
+# in the tree. Selecting a shared leaf compares its values; the checkpoint's leaves stay lazy
+# until then.
 
 # %%
 inspector.show(model=model, checkpoint=ckpt)

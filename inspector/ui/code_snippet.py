@@ -7,8 +7,9 @@
 
 Trees are named as in the app. Trees the user passed in (the notebook) are used by their names;
 trees the app built are defined first from where they came from: a built-in example
-(`examples.load(...)`), a checkpoint file (`inspector.load(...)`), or an earlier run whose
-result was kept (that run's call). `snippet` is plain Python, testable without a browser.
+(`examples.load(...)`), a checkpoint file opened, uploaded or named on the command line
+(`inspector.load(name)`), or an earlier run whose result was kept (that run's call).
+`snippet` is plain Python, testable without a browser.
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ class _Writer:
                 return None
         if source.startswith("file "):
             return f"{var} = inspector.load({_str(source.removeprefix('file '))})"
+        if source.startswith("upload "):
+            return f"{var} = inspector.load({_str(source.removeprefix('upload '))})  # uploaded"
         if source == "command line":
             return f"{var} = inspector.load({_str(name)})"
         if source.startswith("result of "):

@@ -3,16 +3,23 @@
     import inspector
     inspector.show(t1=t1, t2=t2, t3=t3)     # the trees, their sums, indexing, stacking, timing
 
-The same state and views as the served app, laid out for the width of a cell. Two things make
-it fit a notebook, where every output carries its own resources:
+The same state and views as the served app, laid out for the width of a cell. A notebook
+output carries its own resources, and Panel's notebook support needed four things more:
 
-- Offline: `show()` loads Panel's notebook support once, with every resource inline (no CDN),
-  plus the icon and Roboto fonts as data URLs (the inlined CSS points at font files a notebook
-  cannot serve).
+- Offline: `show()` loads Panel's notebook support once with every resource inline (no CDN),
+  plus the icon and Roboto fonts as data URLs on the page (the inlined CSS points at font files
+  a notebook cannot serve) and panel-material-ui's icon classes in each component.
 - Size: panel-material-ui puts its whole 1.4 MB JavaScript bundle into every component of a
   notebook output (about 50 here: a 78 MB cell). The page compiles the bundle once and caches
   it by the bundle's hash, so in an inspector cell only the first component the page sets up
-  carries it, and later components (sent when views change) carry none.
+  carries it (about 2 MB a cell), and components sent later carry none.
+- Stylesheets: Panel inlines them for a cell's first render only; components added later, and
+  panes whose text changes, would fetch theirs from the CDN. They are inlined too.
+- Threads: operations started in the widget run in a worker thread, so the kernel stays free;
+  they start from the kernel's event loop (`NotebookState`).
+
+The first three patch two panel-material-ui methods and one Panel method, acting only on the
+documents of inspector cells rendered inline for a notebook.
 """
 
 from __future__ import annotations
@@ -42,8 +49,10 @@ class Inspector(pn.viewable.Viewer):
 
     A single positional tree is named `tree`, several are `tree0`, `tree1`, ...; keyword trees
     keep their keyword. Trees of one structure are preselected for the weighted sum (uniform
-    weights) and for stacking. `.state` is the session state (`InspectorState`): set its params
-    from code to drive the widget, e.g. `insp.state.ws_weights = [1, 2, 3]`.
+    weights) and for stacking; the first two are set up for comparing, and two trees that
+    differ open on the comparison. `.state` is the session state (`InspectorState`): set its
+    params from code to drive the widget, e.g. `insp.state.ws_weights = [1, 2, 3]`; `.tabs`
+    switches between the operations and the comparison.
 
     Args:
         examples: also load the app's built-in example trees.
@@ -63,30 +72,32 @@ class Inspector(pn.viewable.Viewer):
             f"tree{i}": tree for i, tree in enumerate(trees)}
         given = [self.state.add_tree(name, tree, SOURCE)
                  for name, tree in {**positional, **named}.items()]
-        if given:
-            self.state.selected = given[0]
-            _preselect(self.state, given)
+        same = _preselect(self.state, given)
         self.examples = examples
-        self.app = InspectorApp(self.state)
+        self.app = app = InspectorApp(self.state)
+        card = dict(margin=(5, 5), sizing_mode="stretch_width", collapsible=False)
+        operate = pmui.Row(
+            pmui.Card(app.operation, title="Operation", width=460, margin=(5, 5),
+                      collapsible=False),
+            pmui.Card(app.result, title="Result", min_width=380, **card),
+            sizing_mode="stretch_width")
+        compare = pmui.Card(app.diff, title="Compare two trees", **card)
+        # dynamic: the comparison is drawn only once its tab is opened
+        self.tabs = pmui.Tabs(("Operations", operate), ("Compare trees", compare), dynamic=True,
+                              active=int(len(given) == 2 and not same),
+                              sizing_mode="stretch_width", margin=(0, 0))
 
     def __panel__(self):
         app = self.app
-        card = dict(margin=(5, 5), sizing_mode="stretch_width")
         loader = [app.examples, pmui.Divider()] if self.examples else []
         side = [app.trees, pmui.Divider(), *loader, app.device]
         layout = pmui.Column(
             pmui.Row(
                 pmui.Card(*side, title="Trees", width=300, margin=(5, 5), collapsible=False),
-                pmui.Card(app.input, title="Input tree", min_width=360, collapsible=False,
-                          **card),
+                pmui.Card(app.input, title="Input tree", min_width=360, margin=(5, 5),
+                          collapsible=False, sizing_mode="stretch_width"),
                 sizing_mode="stretch_width"),
-            pmui.Row(
-                pmui.Card(app.operation, title="Operation", width=460, margin=(5, 5),
-                          collapsible=False),
-                pmui.Card(app.result, title="Result", min_width=380,
-                          collapsible=False, **card),
-                sizing_mode="stretch_width"),
-            sizing_mode="stretch_width")
+            self.tabs, sizing_mode="stretch_width")
         return _Cell(_carrier(), layout, sizing_mode="stretch_width")
 
     def run(self):
@@ -116,25 +127,44 @@ class Inspector(pn.viewable.Viewer):
 
 
 class NotebookState(InspectorState):
-    """The session state of a notebook widget: in the background, work starts from the
-    kernel's event loop once the widget message that asked for it is handled.
+    """The session state of a notebook widget. With `background` on, work asked for in the
+    widget (Run, a moved weight) runs in a worker thread, so the kernel stays free; work asked
+    for by a cell's code runs at once, so the cell's next line sees its result.
 
-    While Panel handles a message from the page it holds the document; a change made then to
-    a param that a text view shows comes back to Python as if the page had made it, and the
-    view then shows its own escaped HTML (seen: the status line stuck on
-    `<p>&lt;p&gt;Running …`). Starting the work a moment later avoids that.
+    The widget's work starts from the kernel's event loop once Panel has handled the widget's
+    message: while Panel handles one it holds the document, and a change made then to a param
+    that a text view shows comes back to Python as if the page had made it; the view then
+    shows its own escaped HTML (seen: the status line stuck on `<p>&lt;p&gt;Running …`).
     """
 
     def _submit(self, make, coalesce: str | None = None) -> None:
-        if self.background:
+        if not self.background:
+            super()._submit(make, coalesce)
+            return
+        if not _in_widget_message():
+            self.background = False
             try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no event loop: run as the state does
-                loop = None
-            if loop is not None:
-                loop.call_soon(InspectorState._submit, self, make, coalesce)
-                return
-        super()._submit(make, coalesce)
+                super()._submit(make, coalesce)
+            finally:
+                self.background = True
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop: run as the state does
+            super()._submit(make, coalesce)
+            return
+        loop.call_soon(InspectorState._submit, self, make, coalesce)
+
+
+def _in_widget_message() -> bool:
+    """Whether the kernel is handling a message from a widget (a comm message), not a cell."""
+    try:
+        from IPython import get_ipython
+
+        parent = get_ipython().kernel.get_parent()
+    except Exception:  # no kernel
+        return False
+    return (parent or {}).get("header", {}).get("msg_type") == "comm_msg"
 
 
 def show(*trees, examples: bool = False, background: bool | None = None,
@@ -175,12 +205,20 @@ def _in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def _preselect(state: InspectorState, names: list[str]) -> None:
+def _preselect(state: InspectorState, names: list[str]) -> bool:
+    """Selects the first tree, sets up the ops for the trees of its structure and the first two
+    trees for comparing; returns whether all the trees have one structure."""
+    if not names:
+        return True
     first = state.trees[names[0]].index.rows
     same = [n for n in names if _same_structure(state.trees[n].index.rows, first)]
+    update: dict = {"selected": names[0]}
     if len(same) >= 2:
-        state.param.update(ws_names=same, ws_weights=[1 / len(same)] * len(same),
-                           stack_names=same)
+        update.update(ws_names=same, ws_weights=[1 / len(same)] * len(same), stack_names=same)
+    if len(names) >= 2:
+        update.update(diff_a=names[0], diff_b=names[1])
+    state.param.update(**update)
+    return len(same) == len(names)
 
 
 def _same_structure(a: list, b: list) -> bool:
@@ -267,8 +305,7 @@ def _get_model_in_a_cell(self, doc, root=None, parent=None, comm=None):
 def _material_properties_in_a_cell(self, doc):
     """`MaterialComponent._get_properties` in an inspector cell: no bundle (but in the carrier)
     and the icon classes. Used for new components and for updates: a pane whose text changes
-    (`pmui.Typography`) re-sends all its properties, and a re-sent bundle makes the page load
-    the module again (the component then shows stale text)."""
+    (`pmui.Typography`, e.g. the status line) re-sends all its properties, the bundle too."""
     props = _get_material_properties(self, doc)
     if (doc is None or doc not in _CELL_SHEETS or not pn.config.inline
             or props.get("bundle") in (None, "url")):

@@ -6,33 +6,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.serving import free_port, require_chromium, stop, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-
-# 2026-11-22: bokeh 3.9.2's ColumnDataSource.from_df calls DataFrame.reset_index(inplace=True),
-# deprecated in pandas 3.1 (Pandas4Warning); the widget's history table goes through it. Remove
-# with the same filter in tests/ui/conftest.py.
-PANDAS_INPLACE = "ignore:The inplace keyword in DataFrame.reset_index is deprecated"
-
-
-def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.filterwarnings(PANDAS_INPLACE))
-
 
 @pytest.fixture(scope="session")
 def kernel_name(tmp_path_factory) -> str:
@@ -92,12 +75,6 @@ def executed(kernel_name):
 
 # JupyterLab ------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_jupyterlab(root: Path, port: int, log) -> subprocess.Popen:
     """JupyterLab on 127.0.0.1:`port` serving `root`: no token, no browser, nothing fetched
     from the network (no news, no update check, no extension manager)."""
@@ -116,23 +93,10 @@ def start_jupyterlab(root: Path, port: int, log) -> subprocess.Popen:
         cwd=root, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
-    deadline = time.time() + seconds
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"{url} did not answer (exit code {proc.poll()})") from None
-            time.sleep(0.2)
-
-
 @pytest.fixture
 def jupyterlab(tmp_path, kernel_name):
     """JupyterLab serving a temporary copy of the S1 notebook; yields its base URL."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    require_chromium()
     shutil.copy(EXAMPLES / "s1_model_averaging.ipynb", tmp_path / "s1.ipynb")
     if kernel_name != "python3":
         nb = json.loads((tmp_path / "s1.ipynb").read_text())
@@ -145,9 +109,4 @@ def jupyterlab(tmp_path, kernel_name):
             wait_for(f"http://127.0.0.1:{port}/api/status", proc)
             yield f"http://127.0.0.1:{port}"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop(proc)

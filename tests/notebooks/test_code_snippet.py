@@ -44,6 +44,16 @@ def test_each_op_reads_as_its_public_call():
     assert snippet({"op": "unstack", "trees": ["ab"]}).endswith("result = inspector.unstack(ab)")
 
 
+def test_trees_from_files_are_loaded_by_name():
+    call = {"op": "stack", "trees": ["a.npz", "b.npz", "c"]}
+    sources = {"a.npz": "upload a.npz", "b.npz": "command line", "c": "file c.safetensors"}
+    assert snippet(call, sources).splitlines()[2:] == [
+        'a_npz = inspector.load("a.npz")  # uploaded',
+        'b_npz = inspector.load("b.npz")',
+        'c = inspector.load("c.safetensors")',
+        "result = inspector.stack([a_npz, b_npz, c])"]
+
+
 def test_names_and_index_literals():
     assert [variable(n) for n in ("t1", "ckpt.npz", "unstack_1[0]", "2x", "class")] == \
         ["t1", "ckpt_npz", "unstack_1_0", "t_2x", "t_class"]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.serving import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.browser
 
@@ -45,6 +45,10 @@ def test_the_widget_runs_live_in_jupyterlab(jupyterlab):
             weight.press("Enter")
             page.get_by_text("= [[33, 12], [25, 28]]").wait_for()
             assert "cached, no compile" in page.locator(".timing-card").inner_text()
+            # The status line clears, and no view shows escaped HTML (Panel would echo changes
+            # made while it handles a widget's message: inspector.ui.notebook.NotebookState).
+            page.get_by_text("Running weighted_sum").wait_for(state="detached")
+            assert page.get_by_text(re.compile("&lt;|&amp;")).count() == 0
 
             # Copy as code: the call that gives this result, with the notebook's names.
             page.get_by_role("button", name="Copy the last run as Python code").click()

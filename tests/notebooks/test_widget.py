@@ -176,3 +176,22 @@ def test_fonts_are_inlined_for_the_page():
     css = notebook.font_css()
     assert 'font-family: "Material Icons"' in css and "data:font/woff2;base64," in css
     assert "url(\"./" not in css and len(css) < 600_000
+
+
+def test_two_trees_that_differ_open_on_their_comparison():
+    model, old = examples.s5_model(), examples.s5_checkpoint()
+    widget = Inspector(model=model, checkpoint=old)
+    s = widget.state
+    assert (s.diff_a, s.diff_b) == ("model", "checkpoint") and widget.tabs.active == 1
+    assert s.diff_result is not None
+    t1, t2 = examples.s1_trees()[:2]
+    assert Inspector(t1=t1, t2=t2).tabs.active == 0  # one structure: the operations
+
+
+def test_code_runs_at_once_even_when_widget_clicks_go_to_a_thread():
+    t1, t2, t3 = examples.s1_trees()
+    widget = Inspector(t1=t1, t2=t2, t3=t3, background=True)
+    widget.state.ws_weights = [1, 2, 3]
+    widget.state.param.trigger("run")  # as a cell would: not a message from the widget
+    assert widget.state.background and not widget.state.busy
+    assert _values(widget.state.result.result) == examples.S1_EXPECTED

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium, stop, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 
 def pytest_collection_modifyitems(config, items):
     # Browser tests last: Playwright's sync API keeps an asyncio loop running in the main
@@ -35,45 +31,26 @@ def state():
 
 # Browser ------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def served_url():
     """`panel serve inspector` from the repo root on a free port of 127.0.0.1."""
-    port = _free_port()
+    port = free_port()
     log = open(os.devnull, "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "panel", "serve", "inspector", "--address", "127.0.0.1",
          "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}", "--liveness"],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/liveness", timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"panel serve did not start (exit code {proc.poll()})")
-                time.sleep(0.2)
+        wait_for(f"http://127.0.0.1:{port}/liveness", proc)
         yield f"http://127.0.0.1:{port}/inspector"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         log.close()
 
 
 @pytest.fixture(scope="session")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import numpy as np
 import pytest
 
 import inspector
+from tests.serving import free_port, stop, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -35,9 +33,7 @@ def launched(tmp_path_factory):
     inspector.save(MODEL, folder / "model.safetensors")
     inspector.save(OLD, folder / "old.npz")
     inspector.save({"extra_tree": {"x": np.arange(5, dtype=np.int32)}}, folder / "third.npz")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "inspector", "model.safetensors", "old.npz", "--no-show",
          "--port", str(port)], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -47,22 +43,10 @@ def launched(tmp_path_factory):
         match = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line)
         assert match, f"the launcher printed {line!r} (exit code {proc.poll()})"
         url = match.group(1)
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"the launcher did not serve {url} (exit code {proc.poll()})")
-                time.sleep(0.2)
+        wait_for(url, proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         proc.stdout.close()
 
 
