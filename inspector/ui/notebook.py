@@ -15,16 +15,17 @@ output carries its own resources, and Panel's notebook support needed four thing
   carries it (about 2 MB a cell), and components sent later carry none.
 - Stylesheets: Panel inlines them for a cell's first render only; components added later, and
   panes whose text changes, would fetch theirs from the CDN. They are inlined too.
-- Threads: operations started in the widget run in a worker thread, so the kernel stays free;
-  they start from the kernel's event loop (`NotebookState`).
+- Echoes: over the comm, the page could send a pane's earlier text back while a newer one was
+  on its way; a pane's text is not synced back from the page.
 
-The first three patch two panel-material-ui methods and one Panel method, acting only on the
-documents of inspector cells rendered inline for a notebook.
+Operations started in the widget run in a worker thread (`NotebookState`): the kernel's event
+loop brings their results back, and the kernel stays free meanwhile. These fixes patch three
+panel-material-ui methods and one Panel method; all but the echo one act only on inspector
+cells rendered inline for a notebook.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import re
 import weakref
@@ -36,6 +37,7 @@ from bokeh.models import ImportedStyleSheet
 from panel.io.notebook import replace_inline_css
 from panel.reactive import Reactive
 from panel_material_ui.base import MaterialComponent
+from panel_material_ui.pane.base import MaterialPaneBase
 
 from inspector.core.errors import InspectorError
 from inspector.ui.app import InspectorApp
@@ -56,8 +58,9 @@ class Inspector(pn.viewable.Viewer):
 
     Args:
         examples: also load the app's built-in example trees.
-        background: run operations in a worker thread (default: inside a Jupyter kernel, where
-            the kernel's event loop brings the result back; elsewhere they run at once).
+        background: run the operations started in the widget in a worker thread (default:
+            inside a Jupyter kernel, whose event loop brings the results back). Operations a
+            cell's code starts run at once either way.
     """
 
     def __init__(self, *trees, examples: bool = False, background: bool | None = None,
@@ -129,31 +132,17 @@ class Inspector(pn.viewable.Viewer):
 class NotebookState(InspectorState):
     """The session state of a notebook widget. With `background` on, work asked for in the
     widget (Run, a moved weight) runs in a worker thread, so the kernel stays free; work asked
-    for by a cell's code runs at once, so the cell's next line sees its result.
-
-    The widget's work starts from the kernel's event loop once Panel has handled the widget's
-    message: while Panel handles one it holds the document, and a change made then to a param
-    that a text view shows comes back to Python as if the page had made it; the view then
-    shows its own escaped HTML (seen: the status line stuck on `<p>&lt;p&gt;Running …`).
-    """
+    for by a cell's code runs at once, so the cell's next line sees its result."""
 
     def _submit(self, make, coalesce: str | None = None) -> None:
-        if not self.background:
+        if not self.background or _in_widget_message():
             super()._submit(make, coalesce)
             return
-        if not _in_widget_message():
-            self.background = False
-            try:
-                super()._submit(make, coalesce)
-            finally:
-                self.background = True
-            return
+        self.background = False
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop: run as the state does
             super()._submit(make, coalesce)
-            return
-        loop.call_soon(InspectorState._submit, self, make, coalesce)
+        finally:
+            self.background = True
 
 
 def _in_widget_message() -> bool:
@@ -342,7 +331,19 @@ def _get_properties_inline(self, doc):
     return props
 
 
+_pane_links = MaterialPaneBase._linked_properties
+
+
+@property
+def _pane_links_without_text(self) -> tuple[str, ...]:
+    # A pane's text is never edited in the page, so it is not synced back from it. Over a
+    # notebook's comm the page sent an earlier text back while a newer one was on its way
+    # (seen: the status line stuck on its own escaped HTML, `<p>&lt;p&gt;Running …`).
+    return tuple(p for p in _pane_links.fget(self) if p != "object")
+
+
 _ICON_CSS = icon_css()
+MaterialPaneBase._linked_properties = _pane_links_without_text
 MaterialComponent._get_model = _get_model_in_a_cell
 MaterialComponent._get_properties = _material_properties_in_a_cell
 Reactive._get_properties = _get_properties_inline

@@ -45,8 +45,8 @@ def test_the_widget_runs_live_in_jupyterlab(jupyterlab):
             weight.press("Enter")
             page.get_by_text("= [[33, 12], [25, 28]]").wait_for()
             assert "cached, no compile" in page.locator(".timing-card").inner_text()
-            # The status line clears, and no view shows escaped HTML (Panel would echo changes
-            # made while it handles a widget's message: inspector.ui.notebook.NotebookState).
+            # The status line clears, and no view shows escaped HTML (the page used to send a
+            # pane's earlier text back: inspector.ui.notebook, "Echoes").
             page.get_by_text("Running weighted_sum").wait_for(state="detached")
             assert page.get_by_text(re.compile("&lt;|&amp;")).count() == 0
 
