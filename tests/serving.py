@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -39,6 +40,19 @@ def wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
             if proc.poll() is not None or time.time() > deadline:
                 pytest.fail(f"{url} did not answer (exit code {proc.poll()})")
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def session(browser, url: str):
+    """A fresh browser session (its own app state) on `url`, at the screenshot size."""
+    context = browser.new_context(viewport={"width": 1680, "height": 1050})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(url)
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 def stop(proc: subprocess.Popen) -> None:

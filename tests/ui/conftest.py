@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, require_chromium, stop, wait_for
+from tests.serving import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    free_port,
+    require_chromium,
+    session,
+    stop,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,10 +70,6 @@ def browser():
 @pytest.fixture
 def page(browser, served_url):
     """A fresh browser session on the app (its own InspectorState), defaults loaded."""
-    context = browser.new_context(viewport={"width": 1680, "height": 1050})
-    p = context.new_page()
-    p.set_default_timeout(15_000)
-    p.goto(served_url)
-    p.get_by_role("treeitem").first.wait_for()
-    yield p
-    context.close()
+    with session(browser, served_url) as p:
+        p.get_by_role("treeitem").first.wait_for()
+        yield p

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import inspector
-from tests.serving import free_port, stop, wait_for
+from tests.serving import free_port, session, stop, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -52,12 +52,8 @@ def launched(tmp_path_factory):
 
 @pytest.fixture
 def page(browser, launched):
-    context = browser.new_context(viewport={"width": 1680, "height": 1050})
-    p = context.new_page()
-    p.set_default_timeout(15_000)
-    p.goto(launched)
-    yield p
-    context.close()
+    with session(browser, launched) as p:
+        yield p
 
 
 def test_the_launcher_shows_the_files_trees(page):
