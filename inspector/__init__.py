@@ -43,11 +43,12 @@ _EXPORTS = {
     "stack": "inspector.core.stacking",
     "unstack": "inspector.core.stacking",
     # running
+    "Op": "inspector.core.op",
     "run": "inspector.core.runner",
     "RunResult": "inspector.core.runner",
-    "devices": "inspector.core.runner",
-    "device_name": "inspector.core.describe",
-    "resolve_device": "inspector.core.runner",
+    "devices": "inspector.core.devices",
+    "device_name": "inspector.core.devices",
+    "resolve_device": "inspector.core.devices",
     "compile_count": "inspector.core.plan",
     "clear_cache": "inspector.core.plan",
     # checkpoints

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import jax
 import numpy as np
 
 from inspector.core import nodes
-
-_JAX_ARRAY = jax.Array
+from inspector.core.leaves import dtype_name, leaf_info
+from inspector.core.packed import structure_of
 
 
 class Row(NamedTuple):
@@ -44,46 +43,6 @@ class Row(NamedTuple):
     device: str | None
 
 
-def device_name(device) -> str:
-    """A device's short name as JAX prints it (`cpu:0`, `cuda:1`)."""
-    name = str(device)
-    return name if ":" in name else f"{device.platform}:{device.id}"
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def dtype_name(dtype) -> str:
-    """`str(np.dtype(dtype))`, cached: NumPy's own `str` costs microseconds per call."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
-    return name
-
-
-def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None]:
-    """Returns `(shape, dtype, nbytes, device)` of a leaf without reading its data.
-
-    Python scalars are described as JAX would hold them (`int` as int32, `float` as float32);
-    non-array leaves (strings, objects) have no shape or dtype.
-    """
-    if type(leaf) is np.ndarray:
-        return leaf.shape, dtype_name(leaf.dtype), leaf.nbytes, None
-    shape = getattr(leaf, "shape", None)
-    dtype = getattr(leaf, "dtype", None)
-    if shape is None or dtype is None:
-        if isinstance(leaf, bool | int | float | complex):
-            dt = jax.dtypes.canonicalize_dtype(np.result_type(type(leaf)))
-            return (), dtype_name(dt), dt.itemsize, None
-        return None, None, 0, None
-    shape = tuple(shape)
-    device = None
-    if isinstance(leaf, _JAX_ARRAY):
-        devs = leaf.sharding.device_set
-        device = device_name(next(iter(devs))) if len(devs) == 1 else f"{len(devs)} devices"
-    return shape, dtype_name(dtype), math.prod(shape) * np.dtype(dtype).itemsize, device
-
-
 def describe(tree) -> list[Row]:
     """Returns one `Row` per node of `tree`, in pre-order (a parent before its children).
 
@@ -102,10 +61,7 @@ def describe(tree) -> list[Row]:
     "['a'][1]" None None None 0
     "['b']" leaf (2, 3) float32 6
     """
-    from inspector.core.packed import PackedTree
-
-    if isinstance(tree, PackedTree):
-        tree = tree.structure()
+    tree = structure_of(tree)
     rows: list[Row | None] = []
     _walk(tree, "", "", 0, rows)
     return rows  # type: ignore[return-value]

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from inspector.core import nodes
-from inspector.core.describe import leaf_info
+from inspector.core.leaves import leaf_info
+from inspector.core.packed import structure_of, unpacked
 
 MISSING, EXTRA, SHAPE, DTYPE, TYPE, VALUE = "missing", "extra", "shape", "dtype", "type", "value"
 
@@ -62,12 +63,8 @@ def diff(a, b, values: bool = False) -> list[Difference]:
     >>> [str(d) for d in diff({"w": np.zeros(3), "b": 1}, {"w": np.zeros(4)})]
     ["['b']: missing from the second tree (first has int32[])", "['w']: shape (3,) vs (4,)"]
     """
-    from inspector.core.packed import PackedTree
-
-    if isinstance(a, PackedTree):
-        a = a.unpack() if values else a.structure()
-    if isinstance(b, PackedTree):
-        b = b.unpack() if values else b.structure()
+    view = unpacked if values else structure_of
+    a, b = view(a), view(b)
     out: list[Difference] = []
     _compare(a, b, "", values, out)
     return out

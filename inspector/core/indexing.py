@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax
 
 from inspector.core import nodes
-from inspector.core.describe import leaf_info
+from inspector.core.devices import resolve_device
 from inspector.core.errors import (
     IndexOutOfRangeError,
     IndexParseError,
@@ -23,8 +23,10 @@ from inspector.core.errors import (
     bullet_list,
 )
 from inspector.core.index_parse import format_index, parse_index
+from inspector.core.leaves import leaf_info
+from inspector.core.op import Op, register
+from inspector.core.packed import unpacked
 from inspector.core.plan import Call, Plan
-from inspector.core.runner import resolve_device, run_once
 
 _ATOMS = (int, np.integer, slice, type(Ellipsis), str)
 
@@ -177,11 +179,7 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     device = resolve_device(device)
     pairs: list = []
     mismatches: list[str] = []
-    source = tree
-    from inspector.core.packed import PackedTree
-
-    if isinstance(tree, PackedTree):
-        source = tree.unpack()
+    source = unpacked(tree)
     _pair(index_tree, source, "", pairs, mismatches)
     if mismatches:
         raise StructureMismatchError(
@@ -252,6 +250,9 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     return Plan("index", device, calls, assemble, read, written)
 
 
+INDEX = Op("index", plan_index)
+
+
 def index(tree, index_tree, device=None):
     """Returns `tree` with each subtree's leaves indexed by its entry in `index_tree`.
 
@@ -270,7 +271,7 @@ def index(tree, index_tree, device=None):
     >>> out[0].tolist(), out[1][0].tolist(), out[1][1]
     ([3.0, 4.0, 5.0], [0, 1], None)
     """
-    return run_once(plan_index(tree, index_tree, device))
+    return INDEX(tree, index_tree, device=device)
 
 
-index.plan = plan_index
+register(index, INDEX)

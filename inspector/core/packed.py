@@ -15,8 +15,8 @@ from functools import cached_property, partial
 import jax
 import numpy as np
 
-from inspector.core.describe import dtype_name, leaf_info
 from inspector.core.errors import UnsupportedLeafError, bullet_list
+from inspector.core.leaves import dtype_name, leaf_info
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +110,31 @@ class PackedTree:
         return out
 
     def structure(self):
-        """Returns the tree with a `jax.ShapeDtypeStruct` for each leaf (no data touched)."""
+        """Returns the tree with a `jax.ShapeDtypeStruct` for each leaf (no data touched).
+
+        The one way to the packed tree's structure: its treedef, key paths, shapes and dtypes
+        all follow from it (`jax.tree_util.tree_flatten_with_path(p.structure())`).
+        """
         return self.layout.structure
+
+    @property
+    def treedef(self) -> jax.tree_util.PyTreeDef:
+        """The tree's `PyTreeDef` (leaves in JAX's flattening order)."""
+        return self.layout.treedef
+
+    def leaf(self, n: int):
+        """Returns leaf `n` (in flattening order): a view into its buffer on the host, or a JAX
+        array sliced on the device; the other leaves are not touched.
+
+        >>> p = pack([np.zeros(2, np.float32), np.arange(3, dtype=np.float32)])
+        >>> p.leaf(1).tolist()
+        [0.0, 1.0, 2.0]
+        """
+        s = self.layout.slots[n]
+        buf = _host_view(self.buffers[s.group])
+        if buf is not None:
+            return buf[s.offset : s.offset + s.size].reshape(s.shape)
+        return _take(self.buffers[s.group], s.offset, s.shape)
 
     def leaves(self) -> list:
         """Returns the leaves: views into the buffers (host) or JAX arrays sliced on device."""
@@ -140,6 +163,29 @@ class PackedTree:
     def __repr__(self) -> str:
         groups = ", ".join(f"{k}[{int(v.size)}]" for k, v in self.buffers.items())
         return f"PackedTree({self.n_leaves} leaves; {groups})"
+
+
+def is_packed(tree) -> bool:
+    """Whether `tree` is a `PackedTree`."""
+    return isinstance(tree, PackedTree)
+
+
+def structure_of(tree):
+    """The structure to describe or compare: a packed tree's `structure()`, any other tree
+    as it is (its leaves' shapes and dtypes are read without touching data)."""
+    return tree.structure() if isinstance(tree, PackedTree) else tree
+
+
+def unpacked(tree):
+    """The pytree itself: a packed tree unpacked (leaves are views), any other tree as it is."""
+    return tree.unpack() if isinstance(tree, PackedTree) else tree
+
+
+def same_layout(trees) -> bool:
+    """Whether every tree is packed with one layout (so they match without a diff)."""
+    trees = list(trees)
+    return bool(trees) and all(isinstance(t, PackedTree) for t in trees) and all(
+        t.layout == trees[0].layout for t in trees[1:])
 
 
 def _host_view(buf):

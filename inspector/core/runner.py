@@ -9,33 +9,12 @@ from dataclasses import dataclass
 
 import jax
 
-from inspector.core.describe import device_name
+from inspector.core.devices import device_name, devices, resolve_device
 from inspector.core.errors import InspectorError
+from inspector.core.op import Op, block, op_of, run_once
 from inspector.core.plan import Call, Plan
 
-
-def devices() -> list[jax.Device]:
-    """Returns the devices JAX can run on here (`jax.devices()`), the default first."""
-    return list(jax.devices())
-
-
-def resolve_device(device=None) -> jax.Device:
-    """Returns the `jax.Device` meant by `device`: a Device, a name like `"cpu:1"`, or None.
-
-    Raises:
-        InspectorError: no device has that name; the message lists the ones there are.
-    """
-    if device is None:
-        return jax.devices()[0]
-    if isinstance(device, jax.Device):
-        return device
-    names = {f"{d.platform}:{d.id}": d for d in jax.devices()}  # also `gpu:0` for `cuda:0`
-    names.update({device_name(d): d for d in jax.devices()})
-    if isinstance(device, str) and device in names:
-        return names[device]
-    raise InspectorError(
-        f"No device named {device!r}. Devices here: {', '.join(map(device_name, jax.devices()))}."
-    )
+__all__ = ["RunResult", "as_op", "block", "devices", "resolve_device", "run", "run_once"]
 
 
 @dataclass(frozen=True)
@@ -87,26 +66,26 @@ class RunResult:
         return (self.bytes_read + self.bytes_written) / self.median_seconds / 1e9
 
 
-def block(result):
-    """Waits until every JAX array in `result` (a tree or packed tree) is computed."""
-    from inspector.core.packed import PackedTree
+def as_op(op) -> Op:
+    """The `Op` to run for `op`: an `Op` itself, the `Op` of a public op function
+    (`inspector.weighted_sum`), or any other JAX function as a one-kernel op."""
+    found = op_of(op)
+    if found is not None:
+        return found
+    if not callable(op):
+        raise InspectorError(
+            f"Cannot run {op!r}: give an inspector op (inspector.weighted_sum, an inspector.Op) "
+            "or a JAX function of pytrees.")
+    return Op(getattr(op, "__name__", "function"),
+              lambda *args, device=None, **kwargs: _function_plan(op, args, kwargs, device))
 
-    jax.block_until_ready(result.buffers if isinstance(result, PackedTree) else result)
-    return result
 
-
-def run_once(plan: Plan):
-    """Compiles (or fetches) the plan's kernels, places its inputs and returns its result."""
-    plan.compile()
-    plan.place()
-    return plan.execute()
-
-
-def run(op: Callable, *args, device=None, repeats: int = 5, warmup: int = 1, **kwargs) -> RunResult:
+def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1,
+        **kwargs) -> RunResult:
     """Runs `op(*args)` compiled ahead of time on `device`, and times it.
 
-    `op` is one of the inspector's ops (`weighted_sum`, `index`, `stack`, `unstack`) or any
-    JAX-traceable function of pytrees. Kernels are cached per (op, structure, shapes, dtypes,
+    `op` is an `Op`, one of the inspector's ops (`weighted_sum`, `index`, `stack`, `unstack`)
+    or any JAX-traceable function of pytrees. Kernels are cached per (op, structure, shapes, dtypes,
     static index pattern, device): a new weight or index start reuses them. Compilation is
     timed apart; then `warmup` untimed executions, then `repeats` timed ones, each ended by
     `block_until_ready`.
@@ -117,9 +96,7 @@ def run(op: Callable, *args, device=None, repeats: int = 5, warmup: int = 1, **k
     if repeats < 1:
         raise InspectorError(f"repeats must be at least 1, got {repeats}.")
     device = resolve_device(device)
-    planner = getattr(op, "plan", None)
-    plan = planner(*args, device=device, **kwargs) if planner else _function_plan(
-        op, args, kwargs, device)
+    plan = as_op(op).plan(*args, device=device, **kwargs)
     compile_seconds, n_compiled = plan.compile()
     place_seconds = plan.place()
     result = None

@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from inspector.core import validate
-from inspector.core.describe import leaf_info
+from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, StructureMismatchError, bullet_list
+from inspector.core.leaves import leaf_info
+from inspector.core.op import Op, register
 from inspector.core.plan import Call, Plan
-from inspector.core.runner import resolve_device, run_once
 
 
 def _stack_kernel(*xs):
@@ -100,6 +101,10 @@ def plan_unstack(tree, device=None) -> Plan:
     return Plan("unstack", device, calls, assemble, nbytes, nbytes)
 
 
+STACK = Op("stack", plan_stack)
+UNSTACK = Op("unstack", plan_unstack)
+
+
 def stack(trees, device=None):
     """Returns one tree whose leaves stack the trees' leaves along a new leading axis.
 
@@ -114,7 +119,7 @@ def stack(trees, device=None):
     >>> out["w"].shape, out["w"].tolist()
     ((2, 2), [[0.0, 0.0], [1.0, 1.0]])
     """
-    return run_once(plan_stack(trees, device))
+    return STACK(trees, device=device)
 
 
 def unstack(tree, device=None) -> list:
@@ -126,8 +131,8 @@ def unstack(tree, device=None) -> list:
     >>> [t["w"].tolist() for t in unstack({"w": np.arange(4).reshape(2, 2)})]
     [[0, 1], [2, 3]]
     """
-    return run_once(plan_unstack(tree, device))
+    return UNSTACK(tree, device=device)
 
 
-stack.plan = plan_stack
-unstack.plan = plan_unstack
+register(stack, STACK)
+register(unstack, UNSTACK)

@@ -11,10 +11,10 @@ from collections import defaultdict
 import jax
 import numpy as np
 
-from inspector.core.describe import leaf_info
 from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, TYPE, diff
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
-from inspector.core.packed import PackedTree
+from inspector.core.leaves import leaf_info
+from inspector.core.packed import PackedTree, same_layout, structure_of
 
 _NOUNS = {SHAPE: "differ in shape", DTYPE: "differ in dtype", MISSING: "are missing",
           EXTRA: "are extra", TYPE: "differ in container type"}
@@ -23,7 +23,7 @@ _NOUNS = {SHAPE: "differ in shape", DTYPE: "differ in dtype", MISSING: "are miss
 def flatten(tree) -> tuple[list, jax.tree_util.PyTreeDef]:
     """`jax.tree.flatten`, with packed trees seen as the tree they hold."""
     if isinstance(tree, PackedTree):
-        return tree.leaves(), tree.layout.treedef
+        return tree.leaves(), tree.treedef
     return jax.tree_util.tree_flatten(tree)
 
 
@@ -42,10 +42,9 @@ def check_same_structure(trees: list, action: str) -> None:
     Raises:
         StructureMismatchError: lists every differing key path, with both sides.
     """
-    if all(isinstance(t, PackedTree) for t in trees):
-        if all(t.layout == trees[0].layout for t in trees[1:]):
-            return
-    else:
+    if same_layout(trees):
+        return
+    if not all(isinstance(t, PackedTree) for t in trees):
         flat = [flatten(t) for t in trees]
         sig0 = signature(*flat[0])
         if all(signature(*f) == sig0 for f in flat[1:]):
@@ -99,6 +98,5 @@ def check_array_leaves(tree, leaves: list, action: str) -> list:
 
 def key_paths(tree) -> list[str]:
     """The key path of every leaf, in flattening order."""
-    if isinstance(tree, PackedTree):
-        tree = tree.structure()
+    tree = structure_of(tree)
     return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]

@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from inspector.core import validate
+from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
+from inspector.core.op import Op, register
 from inspector.core.packed import Layout, PackedTree
 from inspector.core.plan import Call, Plan
-from inspector.core.runner import resolve_device, run_once
 
 
 def _integral(weights) -> bool:
@@ -188,6 +189,9 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
     return Plan("weighted_sum", device, calls, assemble, read, written)
 
 
+WEIGHTED_SUM = Op("weighted_sum", plan_weighted_sum)
+
+
 def weighted_sum(trees, weights, device=None):
     """Returns `sum_k weights[k] * trees[k]`, leaf by leaf, computed by compiled kernels.
 
@@ -213,7 +217,7 @@ def weighted_sum(trees, weights, device=None):
     >>> weighted_sum([t1, t2], [1, 2])["w"].tolist()
     [21, 42]
     """
-    return run_once(plan_weighted_sum(trees, weights, device))
+    return WEIGHTED_SUM(trees, weights, device=device)
 
 
-weighted_sum.plan = plan_weighted_sum
+register(weighted_sum, WEIGHTED_SUM)

@@ -108,9 +108,8 @@ def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:
             + (f"unknown format {format!r}" if format else f"no format for suffix {path.suffix!r}")
             + ".\nUse a .safetensors or .npz suffix, or pass format='safetensors' / 'npz'."
         )
-    from inspector.core.packed import PackedTree
+    from inspector.core.packed import unpacked  # here: `import inspector.io` stays jax-free
 
-    if isinstance(tree, PackedTree):
-        tree = tree.unpack()
+    tree = unpacked(tree)
     SAVERS[fmt](nesting.flatten(tree), path)
     return path

@@ -17,13 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 
 import inspector
-from inspector.core.runner import resolve_device
 
 
 def _place(tree, device):
     if isinstance(tree, inspector.PackedTree):
         tree = tree.unpack()
-    return jax.device_put(tree, resolve_device(device))
+    return jax.device_put(tree, inspector.resolve_device(device))
 
 
 def eager_weighted_sum(trees, weights, device):

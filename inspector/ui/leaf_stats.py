@@ -29,9 +29,7 @@ def leaf_array(tree, index: TreeIndex, path: str):
         return None
     n = index.leaf_number[row_i]
     if isinstance(tree, inspector.PackedTree):
-        slot = tree.layout.slots[n]
-        buf = tree.buffers[slot.group]
-        return np.asarray(buf[slot.offset:slot.offset + slot.size]).reshape(slot.shape)
+        return np.asarray(tree.leaf(n))
     leaf = index.flat_leaves(tree)[n]
     if not hasattr(leaf, "shape") and not isinstance(leaf, bool | int | float | complex):
         return None

@@ -167,9 +167,9 @@ def _structure_error(trees: list, op, *extra) -> str:
     """The core's own validation message for these trees, or '' when they match."""
     if all(isinstance(t, inspector.PackedTree) for t in trees) and all(
             t.layout == trees[0].layout for t in trees[1:]):
-        return ""
+        return ""  # planning would allocate the output buffer: too dear on every keystroke
     try:
-        op.plan(trees, *extra)
+        inspector.Op.of(op).plan(trees, *extra)
     except inspector.InspectorError as e:
         return str(e)
     return ""
@@ -229,7 +229,7 @@ def index_tree_for(loaded: LoadedTree, texts: dict):
 
     tree = loaded.tree
     if isinstance(tree, inspector.PackedTree):
-        tree = tree.layout.treedef.unflatten([None] * tree.n_leaves)
+        tree = tree.treedef.unflatten([None] * tree.n_leaves)
     values, treedef = jax.tree_util.tree_flatten(tree, is_leaf=lambda n: n is not tree)
     ids = [index.rows[i].path for i in index.children[0]]
     return treedef.unflatten([parsed.get(i) for i in ids])
@@ -377,7 +377,7 @@ def unstack_preview(loaded: dict, name: str) -> tuple[str, str]:
     sizes = {r.shape[0] for r in leaves if r.shape}
     if not leaves or len(sizes) != 1 or any(not r.shape for r in leaves):
         try:
-            inspector.unstack.plan(tree.tree)
+            inspector.Op.of(inspector.unstack).plan(tree.tree)
         except inspector.InspectorError as e:
             return "", str(e)
         return "", f"Cannot unstack {name}."

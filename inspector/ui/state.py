@@ -15,7 +15,6 @@ import param
 
 import inspector
 from inspector import examples
-from inspector.core.runner import device_name
 from inspector.ui import operations as ops
 from inspector.ui.example_sets import EXAMPLE_SETTINGS, example_trees
 from inspector.ui.operations import LoadedTree, prepare
@@ -117,7 +116,7 @@ class InspectorState(param.Parameterized):
 
     def __init__(self, **params):
         super().__init__(**params)
-        names = [device_name(d) for d in inspector.devices()]
+        names = [inspector.device_name(d) for d in inspector.devices()]
         self.param.device.objects = names
         if self.device not in names:
             self.device = names[0]

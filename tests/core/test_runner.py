@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector import InspectorError, run, weighted_sum
+from inspector import InspectorError, Op, run, weighted_sum
+from inspector.core.op import op_of
+from inspector.core.plan import Call, Plan
+from inspector.core.weighted_sum import WEIGHTED_SUM
 
 
 def tree(seed, n=6, shape=(64, 32)):
@@ -63,7 +66,7 @@ def test_packed_output_buffer_is_donated_and_reused():
     # A fresh >32 MiB output page-faults on every call (DESIGN.md); reusing a donated one
     # does not. If JAX pruned the unused buffer argument, nothing would be aliased.
     trees = [inspector.pack({"x": np.ones(1000, np.float32)}) for _ in range(2)]
-    plan = weighted_sum.plan(trees, [1.0, 2.0])
+    plan = WEIGHTED_SUM.plan(trees, [1.0, 2.0])
     plan.compile()
     plan.place()
     first = plan.execute()
@@ -145,3 +148,37 @@ def test_ops_run_on_the_chosen_device_of_four():
     assert out["cpu:3"] == ["cpu:3", ["cpu:3"], expected]
     assert out["packed"] == ["cpu:1"]
     assert out["stack"] == ["cpu:3"]
+
+
+def test_public_op_functions_are_registered_ops():
+    assert op_of(inspector.weighted_sum) is WEIGHTED_SUM
+    names = {op_of(f).name for f in (inspector.weighted_sum, inspector.index, inspector.stack,
+                                      inspector.unstack)}
+    assert names == {"weighted_sum", "index", "stack", "unstack"}
+    assert not hasattr(inspector.weighted_sum, "plan")  # no attribute contract
+    r = run(inspector.stack, [{"w": np.zeros(2)}, {"w": np.ones(2)}], repeats=1)
+    assert r.op == "stack" and r.n_kernels == 1
+    np.testing.assert_array_equal(np.asarray(r.result["w"]), [[0, 0], [1, 1]])
+
+
+def test_a_new_op_is_an_op_with_a_planner():
+    # An op from outside the inspector: the runner needs its name and its planner, nothing else.
+    def plan_double(tree, device=None):
+        device = inspector.resolve_device(device)
+        leaves, treedef = jax.tree.flatten(tree)
+        calls = [Call(("double", x.shape, str(x.dtype)), lambda: (lambda a: 2 * a), [x])
+                 for x in leaves]
+        nbytes = sum(x.nbytes for x in leaves)
+        return Plan("double", device, calls, treedef.unflatten, nbytes, nbytes)
+
+    double = Op("double", plan_double)
+    x = {"a": np.arange(3, dtype=np.float32), "b": np.ones((2, 2), np.float32)}
+    r = run(double, x, repeats=2)
+    assert r.op == "double" and r.n_kernels == 2 and len(r.times) == 2
+    np.testing.assert_array_equal(np.asarray(r.result["a"]), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(np.asarray(double(x)["b"]), np.full((2, 2), 2.0))
+
+
+def test_run_refuses_what_is_not_an_op():
+    with pytest.raises(InspectorError, match="Cannot run 3: give an inspector op"):
+        run(3, {"w": np.zeros(2)})
