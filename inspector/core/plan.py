@@ -26,6 +26,7 @@ from inspector.core.lazy import LazyArray
 _CACHE: dict[tuple, jax.stages.Compiled] = {}
 _LOCK = threading.Lock()
 _STATS = {"compiles": 0}
+_IN_FLIGHT = 1  # kernels fed from lazy leaves that may run while the next leaf is read
 
 
 def compile_count() -> int:
@@ -101,12 +102,20 @@ class Plan:
         if len(self._compiled) != len(self.calls):
             self.compile()
         outputs = []
+        streaming: list = []  # outputs of calls fed from lazy leaves, still maybe computing
         for call, compiled in zip(self.calls, self._compiled, strict=True):
+            lazy = any(isinstance(a, LazyArray) for a in call.args)
+            if lazy and len(streaming) >= _IN_FLIGHT:
+                # Dispatch is asynchronous: without this wait the loop would read leaf after
+                # leaf while earlier kernels still hold theirs, and memory would not stay bounded.
+                jax.block_until_ready(streaming.pop(0))
             args = [
                 jax.device_put(np.asarray(a), self.device) if isinstance(a, LazyArray) else a
                 for a in call.args
             ]
             out = compiled(*args)
+            if lazy:
+                streaming.append(out)
             if call.carry:
                 call.args[0] = out
             outputs.append(out)

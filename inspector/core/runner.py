@@ -11,6 +11,7 @@ import jax
 
 from inspector.core.devices import device_name, devices, resolve_device
 from inspector.core.errors import InspectorError
+from inspector.core.lazy import LazyArray
 from inspector.core.op import Op, block, op_of, run_once
 from inspector.core.plan import Call, Plan
 
@@ -29,10 +30,12 @@ class RunResult:
         n_compiled: kernels compiled by this run (0 when the cache had them all).
         n_kernels: kernel calls per execution.
         place_seconds: time to move the inputs onto the device (not in the timed runs).
+        read_seconds: time to read lazy (checkpoint) leaves and move every input onto the
+            device, once per run (includes `place_seconds`; never in `times`).
         times: each timed execution, in seconds, each ended by `block_until_ready`.
         median_seconds, min_seconds, max_seconds: over `times`.
         bytes_read, bytes_written: the op's own input and output bytes.
-        gbps: (bytes_read + bytes_written) / median, in GB/s (1e9 bytes).
+        gbps: (bytes_read + bytes_written) / median, in GB/s (1e9 bytes): kernel time only.
         cost: XLA's cost analysis summed over the kernels (`flops`, `bytes accessed`) when
             the backend gives one, else empty.
     """
@@ -48,6 +51,7 @@ class RunResult:
     bytes_read: int
     bytes_written: int
     cost: dict
+    read_seconds: float = 0.0
 
     @property
     def median_seconds(self) -> float:
@@ -98,7 +102,11 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     device = resolve_device(device)
     plan = as_op(op).plan(*args, device=device, **kwargs)
     compile_seconds, n_compiled = plan.compile()
+    read_start = time.perf_counter()
+    for call in plan.calls:  # read lazy leaves once here, not inside every timed repeat
+        call.args = [a.read() if isinstance(a, LazyArray) else a for a in call.args]
     place_seconds = plan.place()
+    read_seconds = time.perf_counter() - read_start
     result = None
     for _ in range(warmup):
         result = block(plan.execute())
@@ -119,6 +127,7 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
         bytes_read=plan.bytes_read,
         bytes_written=plan.bytes_written,
         cost=plan.cost(),
+        read_seconds=read_seconds,
     )
 
 

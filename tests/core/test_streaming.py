@@ -52,3 +52,23 @@ def test_describe_and_diff_read_nothing():
     inspector.describe(a)
     assert [d.kind for d in inspector.diff(a, b)] == ["shape"]
     assert tracker.reads == 0
+
+
+def test_run_reads_lazy_leaves_once_per_run_and_times_reading_apart():
+    rng = np.random.default_rng(1)
+    values = [{f"w{i}": rng.normal(size=(64, 32)).astype(np.float32) for i in range(5)}
+              for _ in range(3)]
+    tracker = Tracker()
+    lazy = [{k: tracker.lazy(v, k) for k, v in t.items()} for t in values]
+    w = [0.5, 0.25, 0.25]
+    r = inspector.run(inspector.weighted_sum, lazy, w, repeats=4, warmup=2)
+    assert tracker.reads == 15  # 3 trees x 5 leaves, not x (repeats + warmup)
+    assert len(r.times) == 4
+    assert r.read_seconds > 0 and r.read_seconds >= r.place_seconds
+    assert r.gbps == (r.bytes_read + r.bytes_written) / r.median_seconds / 1e9
+    for k in values[0]:
+        ref = sum(w * t[k].astype(np.float64) for w, t in zip(w, values, strict=True))
+        np.testing.assert_allclose(np.asarray(r.result[k]), ref, rtol=1e-6, atol=1e-6)
+    r2 = inspector.run(inspector.index, lazy[0], "1:3", repeats=3)
+    assert tracker.reads == 20
+    np.testing.assert_array_equal(np.asarray(r2.result["w0"]), values[0]["w0"][1:3])
