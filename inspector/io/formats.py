@@ -10,6 +10,7 @@ from typing import Any
 from inspector.core.errors import InspectorError
 from inspector.io import (
     hdf5_format,
+    limits,
     msgpack_format,
     nesting,
     npz_format,
@@ -42,7 +43,12 @@ SAVERS: dict[str, Callable[[dict[str, Any], str | os.PathLike], None]] = {
 _SUFFIXES = {".safetensors": "safetensors", ".npz": "npz"}
 
 
-def load(path: str | os.PathLike) -> Any:
+def load(
+    path: str | os.PathLike,
+    *,
+    root: str | os.PathLike | None = None,
+    max_inflate: int | None = None,
+) -> Any:
     """Returns the pytree stored at `path`, whatever its format, with lazy array leaves.
 
     The format is told by content (see `sniff`), not by suffix. Leaves are `LazyArray`s:
@@ -51,14 +57,22 @@ def load(path: str | os.PathLike) -> Any:
 
     Args:
         path: a checkpoint file, or an orbax checkpoint folder.
+        root: a folder every file the checkpoint refers to (the shards of a safetensors
+            index, the files of an orbax folder) must resolve inside, links followed; the
+            served app passes its root. By default only names that climb out of the
+            checkpoint's folder (`..`, absolute) are refused.
+        max_inflate: bytes the load may decompress (or fill) in total, checked against the
+            sizes the file declares before anything is inflated; by default
+            `limits.INFLATE_RATIO` times the file's size, at least `limits.INFLATE_FLOOR`.
 
     Returns:
         The tree: nested dicts (and lists, for formats that record them) of `LazyArray`
         leaves, plus the plain Python values some formats store (numbers, strings).
 
     Raises:
-        LoadError: the path does not exist, is not a format the inspector reads, or is damaged;
-            the message names the file and the problem.
+        LoadError: the path does not exist, is not a format the inspector reads, is damaged,
+            refers to files outside its folder (or `root`), or would inflate more than
+            `max_inflate`; the message names the file and the problem.
 
     >>> import tempfile, numpy as np
     >>> path = save({"w": np.eye(2, dtype=np.float32)}, f"{tempfile.mkdtemp()}/m.safetensors")
@@ -67,8 +81,10 @@ def load(path: str | os.PathLike) -> Any:
     ((2, 2), dtype('float32'), [[1.0, 0.0], [0.0, 1.0]])
     """
     fmt = sniff(path)
+    bounds = limits.LoadLimits(None if root is None else Path(root), max_inflate)
     try:
-        return LOADERS[fmt](path)
+        with limits.applied(bounds):
+            return LOADERS[fmt](path)
     except InspectorError:
         raise
     except Exception as exc:  # a format library's own error: still say which file, and why

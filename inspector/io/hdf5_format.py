@@ -5,6 +5,12 @@ lists every group and dataset, then each dataset is opened for its shape and dty
 high-level `File[...]` objects cost about 0.3 ms each: 120 ms for a 400-leaf model, against
 about 15 ms here.) A dataset's data is read when its leaf is used, by opening the file again.
 
+Only a dataset's own bytes in this file are read. A dataset with external raw storage (its
+bytes in other files) or a virtual layout (mapping other datasets, in any file) is refused:
+an uploaded file could otherwise read the server's disk. Contiguous data must lie inside the
+file; whatever a dataset would inflate beyond its stored bytes (compressed or unallocated
+chunks) is charged to the load's inflate budget (`limits`).
+
 A dataset with the attribute `dtype="bfloat16"` (Keras' convention: h5py stores bfloat16 as
 2-byte opaque data) comes back as bfloat16, and likewise for the other ml_dtypes names.
 """
@@ -19,6 +25,7 @@ import numpy as np
 from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import ML_DTYPE_NAMES, dtype_from_name
 from inspector.io.file_error import file_error
+from inspector.io.limits import InflateBudget
 
 
 def load(path: str | os.PathLike) -> dict:
@@ -35,7 +42,8 @@ def load(path: str | os.PathLike) -> dict:
         first.
 
     Raises:
-        LoadError: h5py cannot open the file.
+        LoadError: h5py cannot open the file; a dataset has external or virtual storage, or
+            data outside the file; the datasets would inflate past the load's budget.
     """
     import h5py
 
@@ -53,6 +61,8 @@ def load(path: str | os.PathLike) -> dict:
         h5py.h5o.visit(fid, lambda name, info: found.append((name, info.type)), info=True)
         root: dict[str, Any] = {}
         source = os.fspath(path)
+        size = os.path.getsize(path)
+        budget = InflateBudget(path, size)
         for raw_name, kind in found:
             if raw_name == b".":
                 continue
@@ -64,12 +74,46 @@ def load(path: str | os.PathLike) -> dict:
             if kind == h5py.h5o.TYPE_GROUP:
                 node.setdefault(last, {})
             elif kind == h5py.h5o.TYPE_DATASET:
-                leaf = _dataset(h5py, h5py.h5d.open(fid, raw_name), source, "/" + "/".join(parts))
+                did = h5py.h5d.open(fid, raw_name)
+                _check_storage(h5py, did, path, parts, size, budget)
+                leaf = _dataset(h5py, did, source, "/" + "/".join(parts))
                 if leaf is not None:
                     node[last] = leaf
         return root
     finally:
         fid.close()
+
+
+def _check_storage(h5py, did, path, parts: list[str], size: int, budget: InflateBudget) -> None:
+    where = "".join(f"[{part!r}]" for part in parts)
+    plist = did.get_create_plist()
+    layout = plist.get_layout()
+    if layout == h5py.h5d.VIRTUAL:
+        raise file_error(
+            path,
+            f"the dataset {where} is a virtual dataset (it maps data from other datasets or "
+            f"files), which is never followed",
+            "Save the data itself in the file (h5py: write the array, not a VirtualLayout).",
+        )
+    if plist.get_external_count() > 0:
+        raise file_error(
+            path,
+            f"the dataset {where} keeps its data in external files, which are never read",
+            "Save the data itself in the file (h5py: create_dataset without external=).",
+        )
+    stored = did.get_storage_size()
+    offset = did.get_offset() if layout == h5py.h5d.CONTIGUOUS else None
+    nbytes = did.get_space().get_select_npoints() * did.get_type().get_size()
+    if stored > size or (offset is not None and offset + stored > size):
+        raise file_error(
+            path,
+            f"the dataset {where} stores {stored} bytes"
+            + (f" at byte {offset}" if offset is not None else "")
+            + f", beyond the file's {size} bytes",
+            "The file is truncated or damaged; save it again.",
+        )
+    if nbytes > stored:
+        budget.charge(nbytes - stored, f"the dataset {where}")
 
 
 def _dataset(h5py, did, path: str, name: str) -> Any:
@@ -91,8 +135,15 @@ def _dataset(h5py, did, path: str, name: str) -> Any:
                 dtype = wanted
 
     def read() -> np.ndarray:
-        with h5py.File(path, "r") as f:
-            data = np.asarray(f[name][()])
+        try:
+            with h5py.File(path, "r") as f:
+                data = np.asarray(f[name][()])
+        except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
+            raise file_error(
+                path,
+                f"the dataset {name} cannot be read ({type(exc).__name__}: {exc})",
+                "The file is damaged or changed after it was opened; save it again.",
+            ) from exc
         return data if dtype == stored else data.view(dtype)
 
     return LazyArray(space.shape, dtype, read, source=f"{path}:{name}")

@@ -2,7 +2,10 @@
 
 An `.npz` is a zip of `.npy` members. Each member's `.npy` header (dtype, shape, order) is read
 on its own; stored members are then memory-mapped in place, compressed ones
-(`np.savez_compressed`) are decompressed when read. Keys nest on "." and "/" (see `nesting`).
+(`np.savez_compressed`) are decompressed when read. A compressed member's size, as the zip
+declares it, must match its `.npy` header, and all of them together fit the load's inflate
+budget (`limits`), both checked before anything is inflated. Keys nest on "." and "/" (see
+`nesting`).
 
 NumPy has no bfloat16 (or other ml_dtypes types): `np.save` writes them as raw void (`V2`).
 `save` therefore writes each such array as unsigned integers of its width (bfloat16 as uint16,
@@ -19,6 +22,7 @@ import math
 import os
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +33,7 @@ from inspector.core.lazy import LazyArray
 from inspector.io import nesting
 from inspector.io.dtypes import dtype_from_name, ml_dtype_name
 from inspector.io.file_error import file_error
+from inspector.io.limits import InflateBudget
 from inspector.io.regions import mapped_reader
 from inspector.io.replacing import replacing
 from inspector.io.zip_members import data_offset
@@ -91,12 +96,14 @@ def load_npz(path: str | os.PathLike) -> dict:
         raise file_error(path, f"the zip directory is damaged ({exc})", _RESAVE) from exc
     with archive, open(path, "rb") as f:
         members = [i for i in archive.infolist() if i.filename.endswith(".npy")]
-        marked = _marked_dtypes(archive, path)
+        budget = InflateBudget(path, os.path.getsize(path))
+        marked = _marked_dtypes(archive, path, budget)
         pairs = []
         for info in members:
             key = info.filename[: -len(".npy")]
             if key != DTYPES_MEMBER:
-                pairs.append((key, _member_leaf(path, archive, f, info, marked.get(key))))
+                leaf = _member_leaf(path, archive, f, info, marked.get(key), budget)
+                pairs.append((key, leaf))
     return nesting.unflatten(pairs, path, separators=(".", "/"))
 
 
@@ -130,7 +137,14 @@ def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
                 np.lib.format.write_array(member, np.asarray(json.dumps(marked)))
 
 
-def _member_leaf(path, archive: zipfile.ZipFile, f, info: zipfile.ZipInfo, marked: str | None):
+def _member_leaf(
+    path,
+    archive: zipfile.ZipFile,
+    f,
+    info: zipfile.ZipInfo,
+    marked: str | None,
+    budget: InflateBudget,
+):
     key = info.filename[: -len(".npy")]
     what = f"member {info.filename!r}"
     try:
@@ -138,13 +152,18 @@ def _member_leaf(path, archive: zipfile.ZipFile, f, info: zipfile.ZipInfo, marke
     except ValueError as exc:
         raise file_error(path, str(exc), _RESAVE) from exc
     if offset is None:
-        with archive.open(info) as member:
-            header = _read_header(member, path, what)
+        try:
+            with archive.open(info) as member:
+                header = _read_header(member, path, what)
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+            raise file_error(path, f"{what} cannot be inflated ({exc})", _RESAVE) from exc
     else:
         f.seek(offset)
         header = _read_header(f, path, what)
     stored = _dtype(header.descr, path, what, marked)
     _check_size(path, what, header, stored, info.file_size)
+    if offset is None:
+        budget.charge(info.file_size, what)
     dtype = dtype_from_name(marked) if marked else stored.newbyteorder("=")
     order = "F" if header.fortran_order else "C"
     if offset is not None:
@@ -158,9 +177,23 @@ def _member_leaf(path, archive: zipfile.ZipFile, f, info: zipfile.ZipInfo, marke
 def _inflating_reader(path, member: str, header: NpyHeader, dtype: np.dtype):
     def read() -> np.ndarray:
         count = math.prod(header.shape)
-        with zipfile.ZipFile(path) as archive, archive.open(member) as f:
-            f.seek(header.size)
-            data = f.read(count * dtype.itemsize)
+        try:
+            with zipfile.ZipFile(path) as archive, archive.open(member) as f:
+                f.seek(header.size)
+                data = f.read(count * dtype.itemsize)
+        except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as exc:
+            raise file_error(
+                path,
+                f"member {member!r} cannot be inflated ({type(exc).__name__}: {exc})",
+                "The file is damaged or changed after it was opened; save it again.",
+            ) from exc
+        if len(data) != count * dtype.itemsize:
+            raise file_error(
+                path,
+                f"member {member!r} inflates to {len(data)} bytes of data, its .npy header "
+                f"declares {count * dtype.itemsize}",
+                _RESAVE,
+            )
         array = np.frombuffer(data, dtype=dtype, count=count)
         array = array.reshape(header.shape, order="F" if header.fortran_order else "C")
         return array.astype(dtype.newbyteorder("="), copy=False)
@@ -172,16 +205,18 @@ def _viewed_as(reader, dtype: np.dtype):
     return lambda: reader().view(dtype)
 
 
-def _marked_dtypes(archive: zipfile.ZipFile, path) -> dict[str, str]:
+def _marked_dtypes(archive: zipfile.ZipFile, path, budget: InflateBudget) -> dict[str, str]:
     name = f"{DTYPES_MEMBER}.npy"
     if name not in archive.namelist():
         return {}
+    budget.charge(archive.getinfo(name).file_size, f"member {name!r}")
     try:
         with archive.open(name) as f:
             marked = json.loads(str(np.lib.format.read_array(f, allow_pickle=False)))
         for value in marked.values():
             dtype_from_name(value)
-    except (ValueError, AttributeError, TypeError) as exc:
+    except (ValueError, AttributeError, TypeError, zipfile.BadZipFile, zlib.error, EOFError,
+            RecursionError) as exc:  # fmt: skip
         raise file_error(
             path, f"the {name} member is not a JSON object of dtype names ({exc})", _RESAVE
         ) from exc

@@ -12,11 +12,17 @@ every array as a tensorstore (about 0.3 ms per leaf: 90 ms for 300 leaves); read
 small metadata records takes about a tenth. The tests check both agree. A leaf's data is read
 on first use by opening that one array with tensorstore, the array orbax's restore reads.
 Python scalars saved by orbax come back as 0-d arrays; strings (`_strings.json`) as str.
+
+Tensorstore opens whatever the folder holds, links included, so before anything is read every
+link in the folder is resolved and checked against the load's `root` (`limits`), array names
+may not climb out of the folder, and the arrays' total size is charged to the inflate budget
+(zarr chunks are compressed) against the bytes the folder stores.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,10 @@ from inspector.core.errors import bullet_list
 from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
+from inspector.io.limits import InflateBudget, confined, current
+
+MAX_FILES = 1_000_000
+"""A checkpoint folder with more entries than this is refused before it is walked further."""
 
 ARRAY_KINDS = ("jax.Array", "np.ndarray", "scalar")
 """orbax leaf kinds (`value_type` in `_METADATA`) stored as zarr arrays."""
@@ -62,6 +72,7 @@ def load(path: str | os.PathLike) -> Any:
             damaged, or a leaf is of a custom kind with no array (every such key is named).
     """
     path = Path(path).absolute()
+    stored = _check_folder(path)
     metadata_file = path / "_METADATA"
     if not metadata_file.is_file():
         raise file_error(
@@ -85,6 +96,8 @@ def load(path: str | os.PathLike) -> Any:
             "The checkpoint is damaged or unfinished; save it again.",
         ) from exc
     names = [".".join(key for key, _ in place) for place in places]
+    for place, name in zip(places, names, strict=True):
+        confined(name or ".", path, path, f"the array at {_keystr(place)} (folder {name!r})")
     store = _Store(path)
     arrays = [n for n, k in zip(names, kinds, strict=True) if k in ARRAY_KINDS]
     # custom kinds are tried as arrays too: custom orbax type handlers usually write zarr
@@ -93,6 +106,10 @@ def load(path: str | os.PathLike) -> Any:
         if k not in ARRAY_KINDS and k not in EMPTY_KINDS and k != "string"
     ]  # fmt: skip
     specs = store.specs(arrays, optional=custom)
+    budget = InflateBudget(path, stored)
+    total = sum(math.prod(shape) * dtype.itemsize for shape, dtype, _ in specs.values())
+    if total > stored:
+        budget.charge(total - stored, f"{len(specs)} zarr array(s)")
     strings = _strings(path) if "string" in kinds else {}
     root, unsupported = _Node(), []
     for place, name, kind in zip(places, names, kinds, strict=True):
@@ -115,6 +132,33 @@ def load(path: str | os.PathLike) -> Any:
             details=bullet_list(unsupported),
         )
     return root.build(path)
+
+
+def _check_folder(path: Path) -> int:
+    """Returns the bytes the folder stores, after checking every link in it stays in the root."""
+    root = current().root
+    root = None if root is None else Path(root).resolve()
+    stored, count = 0, 0
+    for folder, dirs, files in os.walk(path, followlinks=False):
+        for name in [*dirs, *files]:
+            count += 1
+            if count > MAX_FILES:
+                raise file_error(path, f"it holds more than {MAX_FILES} files and folders")
+            entry = Path(folder, name)
+            if entry.is_symlink():
+                relative = entry.relative_to(path)
+                if root is not None and not entry.resolve().is_relative_to(root):
+                    raise file_error(
+                        path,
+                        f"{relative} is a link to a file outside the folder this app may open",
+                        "Copy the files themselves into the checkpoint folder.",
+                    )
+        for name in files:
+            try:
+                stored += Path(folder, name).stat().st_size
+            except OSError:
+                pass  # a dangling link: tensorstore reports it if an array needs it
+    return stored
 
 
 def _keystr(place: tuple[tuple[str, int], ...]) -> str:
@@ -232,11 +276,19 @@ class _Store:
 
 def _zarr2_spec(meta: dict) -> tuple[tuple[int, ...], np.dtype]:
     dtype = dtype_from_name(meta["dtype"])
-    return tuple(int(d) for d in meta["shape"]), dtype.newbyteorder("=")
+    return _shape(meta["shape"]), dtype.newbyteorder("=")
 
 
 def _zarr3_spec(meta: dict) -> tuple[tuple[int, ...], np.dtype]:
-    return tuple(int(d) for d in meta["shape"]), dtype_from_name(meta["data_type"])
+    return _shape(meta["shape"]), dtype_from_name(meta["data_type"])
+
+
+def _shape(value) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+    ):
+        raise ValueError(f"shape {value!r:.80} is not a list of non-negative integers")
+    return tuple(value)
 
 
 def _strings(path: Path) -> dict[str, str]:

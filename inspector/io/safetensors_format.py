@@ -24,6 +24,7 @@ from inspector.core.lazy import LazyArray
 from inspector.io import nesting
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
+from inspector.io.limits import confined
 from inspector.io.regions import mapped_reader
 from inspector.io.replacing import replacing
 
@@ -83,7 +84,8 @@ def load_index(path: str | os.PathLike) -> dict:
     """Returns the tensors of a sharded checkpoint (`*.safetensors.index.json`) as one tree.
 
     The index's `weight_map` names the shard holding each tensor; every shard's header is read
-    and checked, no tensor data is.
+    and checked, no tensor data is. A shard must be a file beside the index (or below it), and
+    with a `root` in the load's limits it must resolve, links followed, inside that root.
 
     Args:
         path: the index file; shards are found beside it.
@@ -107,18 +109,16 @@ def load_index(path: str | os.PathLike) -> dict:
         )
     folder = Path(path).parent
     headers: dict[str, dict[str, TensorEntry]] = {}
+    shard_paths: dict[str, Path] = {}
     for shard in dict.fromkeys(weight_map.values()):
-        shard_path = folder / shard
-        if Path(shard).is_absolute() or ".." in Path(shard).parts:
-            raise file_error(
-                path, f"shard {shard!r} is outside the index's folder", "Fix the weight_map."
-            )
+        shard_path = confined(shard, folder, path, f"shard {shard!r}")
         if not shard_path.is_file():
             raise file_error(
                 path,
-                f"shard {shard!r} named in the weight_map does not exist in {folder}",
+                f"shard {shard!r} named in the weight_map does not exist beside the index",
                 "Download every shard next to the index.",
             )
+        shard_paths[shard] = shard_path
         headers[shard] = {entry.name: entry for entry in read_header(shard_path)}
     missing = [
         f"{name!r} in {shard}" for name, shard in weight_map.items() if name not in headers[shard]
@@ -131,7 +131,8 @@ def load_index(path: str | os.PathLike) -> dict:
             details=bullet_list(missing),
         )
     pairs = (
-        (name, _leaf(folder / shard, headers[shard][name])) for name, shard in weight_map.items()
+        (name, _leaf(shard_paths[shard], headers[shard][name]))
+        for name, shard in weight_map.items()
     )
     return nesting.unflatten(pairs, path)
 

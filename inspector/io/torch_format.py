@@ -21,6 +21,7 @@ import math
 import os
 import struct
 import zipfile
+import zlib
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,14 @@ import numpy as np
 from inspector.core.lazy import LazyArray
 from inspector.io import nesting
 from inspector.io.file_error import file_error
+from inspector.io.limits import InflateBudget
 from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, scan, unpickle
 from inspector.io.zip_members import data_offset
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
 MAX_PICKLE_BYTES = 1 << 30  # data.pkl describes tensors, it does not hold them
+MAX_DEPTH = 256  # deeper nesting is damage (or an attack), not a state dict
 _RESAVE = "The file is damaged or truncated; save it again (torch.save(model.state_dict(), path))."
 
 
@@ -74,6 +77,9 @@ def load_zip(path: str | os.PathLike) -> Any:
         info = archive.getinfo(pkl)
         if info.file_size > MAX_PICKLE_BYTES:
             raise file_error(path, f"{pkl} declares {info.file_size} bytes", _RESAVE)
+        budget = InflateBudget(path, os.path.getsize(path))
+        if info.compress_type != zipfile.ZIP_STORED:
+            budget.charge(info.file_size, pkl)
         data = archive.read(pkl)
         scan(io.BytesIO(data), path, len(data))
         byteorder = b"little"
@@ -101,7 +107,10 @@ def load_zip(path: str | os.PathLike) -> Any:
                 offset = data_offset(f, member_info)
             except ValueError as exc:
                 raise file_error(path, str(exc), _RESAVE) from exc
+            if offset is None:  # compressed: inflated whole whenever one of its tensors is read
+                budget.charge(member_info.file_size, member)
             regions[key] = _Region("<" if byteorder == b"little" else ">", offset, member)
+    _check_expansion(obj, path, len(data))
     return _convert(obj, path, regions, ())
 
 
@@ -126,9 +135,14 @@ def load_legacy(path: str | os.PathLike) -> Any:
         if magic != LEGACY_MAGIC_NUMBER or protocol != LEGACY_PROTOCOL_VERSION:
             raise file_error(path, "its header is not torch.save's legacy header", _RESAVE)
         little = not isinstance(sys_info, dict) or sys_info.get("little_endian", True)
-        obj = unpickle(scan(f, path, size - f.tell()), path, storages)
+        data = scan(f, path, size - f.tell())
+        obj = unpickle(data, path, storages)
         keys = unpickle(scan(f, path, size - f.tell()), path, {})
-        if not isinstance(keys, list) or set(map(str, keys)) != set(storages):
+        if (
+            not isinstance(keys, list)
+            or not all(isinstance(k, str | int) for k in keys)
+            or set(map(str, keys)) != set(storages)
+        ):
             raise file_error(path, "its list of storage keys does not match the pickle", _RESAVE)
         regions, position = {}, f.tell()
         for key in map(str, keys):
@@ -148,7 +162,57 @@ def load_legacy(path: str | os.PathLike) -> Any:
                 )
             regions[key] = _Region("<" if little else ">", position + 8)
             position = end
+    _check_expansion(obj, path, len(data))
     return _convert(obj, path, regions, ())
+
+
+def _check_expansion(obj: Any, path, pickle_bytes: int) -> None:
+    """Refuses an object whose tree is far larger than its pickle, cyclic, or too deep.
+
+    A pickle can refer to one container many times (BINGET): 40 levels of a list holding the
+    previous one twice is 135 bytes and 2**40 nodes once expanded. Legitimate state dicts
+    spend at least one pickle byte per node they expand to, so the expanded tree is bounded
+    by the pickle's size; this counts it with each distinct container measured once (memoized
+    by identity), so the count itself costs only the pickle's size.
+    """
+    limit = 4 * pickle_bytes + 1_000
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any, keys: tuple) -> int:
+        if not isinstance(node, (dict, list, tuple)):
+            return 1
+        ident = id(node)
+        if ident in sizes:
+            return sizes[ident]
+        where = "".join(f"[{k!r:.40}]" for k in keys) or "the root"
+        if ident in active:
+            raise file_error(
+                path, f"its pickle builds a cycle: the container at {where} contains itself",
+                _RESAVE,
+            )
+        if len(keys) >= MAX_DEPTH:
+            raise file_error(path, f"its pickle nests deeper than {MAX_DEPTH} levels at "
+                             f"{where}", _RESAVE)
+        active.add(ident)
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        total = 1
+        for key, child in items:
+            total += size(child, (*keys, key))
+            if isinstance(node, dict):
+                total += size(key, (*keys, key))
+            if total > limit:
+                raise file_error(
+                    path,
+                    f"its {pickle_bytes}-byte pickle expands to more than {limit} objects "
+                    f"(at {where}): it refers to the same containers over and over",
+                    _RESAVE,
+                )
+        active.discard(ident)
+        sizes[ident] = total
+        return total
+
+    size(obj, ())
 
 
 def _convert(obj: Any, path, regions: dict[str, _Region], keys: tuple) -> Any:
@@ -177,8 +241,25 @@ def _tensor(ref: TensorRef, path, region: _Region, keys: tuple) -> LazyArray:
     # on untyped byte storages)
     start_byte = storage.view_offset * storage.dtype.itemsize
     available = (storage.numel * storage.dtype.itemsize) // dtype.itemsize
+    numel = math.prod(ref.shape)
+    repeated = [i for i, (n, s) in enumerate(zip(ref.shape, ref.stride, strict=True))
+                if n > 1 and s < 1]  # fmt: skip
+    if numel and repeated:
+        raise file_error(
+            path,
+            f"the tensor {source} ({dtype}{list(ref.shape)}, stride {list(ref.stride)}) has "
+            f"stride 0 along dimension {repeated[0]}: it repeats its storage's elements",
+            "Save a tensor that owns its elements (tensor.contiguous() or .clone()).",
+        )
+    if numel > available:
+        raise file_error(
+            path,
+            f"the tensor {source} ({dtype}{list(ref.shape)}, stride {list(ref.stride)}) has "
+            f"{numel} elements, more than its {available}-element storage holds",
+            "Save a tensor that owns its elements (tensor.contiguous() or .clone()).",
+        )
     last = ref.offset + sum((n - 1) * s for n, s in zip(ref.shape, ref.stride, strict=True))
-    if math.prod(ref.shape) and last >= available:
+    if numel and last >= available:
         raise file_error(
             path,
             f"the tensor {source} ({dtype}{list(ref.shape)}, offset {ref.offset}, stride "
@@ -188,9 +269,16 @@ def _tensor(ref: TensorRef, path, region: _Region, keys: tuple) -> LazyArray:
     native = dtype.newbyteorder("=")
 
     def read() -> np.ndarray:
-        if math.prod(ref.shape) == 0:
+        if numel == 0:
             return np.empty(ref.shape, native)
-        raw = _storage_bytes(path, region, start_byte, available * dtype.itemsize)
+        try:
+            raw = _storage_bytes(path, region, start_byte, available * dtype.itemsize)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise file_error(
+                path,
+                f"the storage of {source} cannot be read ({type(exc).__name__}: {exc})",
+                "The file is damaged or changed after it was opened; save it again.",
+            ) from exc
         flat = np.frombuffer(raw, dtype=dtype, count=available)
         view = np.lib.stride_tricks.as_strided(
             flat[ref.offset :],

@@ -54,24 +54,72 @@ _TORCH_DTYPES = {
 }  # fmt: skip
 
 
-class StorageType:
+class _Frozen:
+    """A stand-in no pickle can change: BUILD (`__setstate__`) and attribute writes refuse.
+
+    The stand-ins are shared by every load in the process; a pickle that set
+    `FloatStorage.dtype` would otherwise change how every later checkpoint reads.
+    """
+
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        raise pickle.UnpicklingError(f"the pickle tries to modify {self!r}")
+
+    def __delattr__(self, name):
+        raise pickle.UnpicklingError(f"the pickle tries to modify {self!r}")
+
+    def __setstate__(self, state):
+        raise pickle.UnpicklingError(f"the pickle tries to modify {self!r}")
+
+    def __reduce__(self):
+        raise TypeError(f"{self!r} is a stand-in and cannot be pickled")
+
+
+class StorageType(_Frozen):
     """Stands in for `torch.FloatStorage` & co.: only the element type is kept."""
 
+    __slots__ = ("name", "dtype")
+
     def __init__(self, name: str, dtype: np.dtype):
-        self.name, self.dtype = name, dtype
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "dtype", dtype)
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
 
 
-class TorchDtype:
+class TorchDtype(_Frozen):
     """Stands in for `torch.float32` & co. (a tensor's dtype in `_rebuild_tensor_v3`)."""
 
+    __slots__ = ("name", "dtype")
+
     def __init__(self, name: str, dtype: np.dtype):
-        self.name, self.dtype = name, dtype
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "dtype", dtype)
 
     def __repr__(self) -> str:
         return f"torch.{self.name}"
+
+
+class AllowedFunction(_Frozen):
+    """Stands in for an allowed function or class: calls `function`, and nothing can change it.
+
+    The pickle never sees the Python function itself, so it cannot set its `__defaults__`
+    or `__dict__` (or a class's attributes) for later loads.
+    """
+
+    __slots__ = ("name", "function")
+
+    def __init__(self, name: str, function):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "function", function)
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return self.name
 
 
 class StorageRef:
@@ -147,6 +195,7 @@ def _rebuild_parameter(data, requires_grad, backward_hooks, state=None):
 
 
 def _rebuild_from_type_v2(func, new_type, args, state):
+    func = func.function if isinstance(func, AllowedFunction) else None
     if func not in _REBUILDERS or not isinstance(args, tuple):
         raise pickle.UnpicklingError("_rebuild_from_type_v2 names a function it may not call")
     return func(*args)
@@ -195,8 +244,14 @@ def allow_list() -> dict[tuple[str, str], Any]:
     dtype(bfloat16)
     >>> ("os", "system") in allow_list()
     False
+    >>> allow_list()["torch", "FloatStorage"].dtype = "int8"
+    Traceback (most recent call last):
+    _pickle.UnpicklingError: the pickle tries to modify torch.FloatStorage
     """
-    allowed = dict(_FUNCTIONS)
+    allowed: dict[tuple[str, str], Any] = {
+        (module, name): AllowedFunction(f"{module}.{name}", function)
+        for (module, name), function in _FUNCTIONS.items()
+    }
     for module in ("torch", "torch.storage"):
         allowed[module, "UntypedStorage"] = StorageType("UntypedStorage", np.dtype("uint8"))
     for name, dtype in _STORAGE_DTYPES.items():

@@ -23,7 +23,8 @@ def data_offset(f: BinaryIO, info: zipfile.ZipInfo) -> int | None:
         The offset, or None when the member is compressed or encrypted.
 
     Raises:
-        ValueError: the local header is not where the central directory says.
+        ValueError: the local header is not where the central directory says, or the member's
+            bytes would run past the end of the file.
     """
     if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
         return None
@@ -34,4 +35,11 @@ def data_offset(f: BinaryIO, info: zipfile.ZipInfo) -> int | None:
     signature, name_len, extra_len = _LOCAL_HEADER.unpack(raw)
     if signature != b"PK\x03\x04":
         raise ValueError(f"the local header of {info.filename!r} is damaged")
-    return info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+    offset = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+    size = f.seek(0, 2)
+    if info.compress_size != info.file_size or offset + info.file_size > size:
+        raise ValueError(
+            f"the member {info.filename!r} declares {info.file_size} bytes at byte {offset}, "
+            f"beyond the file's {size} bytes"
+        )
+    return offset

@@ -136,7 +136,7 @@ def test_sharded_checkpoint_naming_a_tensor_its_shard_lacks(tmp_path):
 def test_sharded_index_may_not_point_outside_its_folder(tmp_path):
     path = tmp_path / "model.safetensors.index.json"
     path.write_text(json.dumps({"weight_map": {"w": "../elsewhere.safetensors"}}))
-    assert_load_error(path, "outside the index's folder")
+    assert_load_error(path, "outside the checkpoint's folder")
 
 
 # --- damaged files: one builder per case ----------------------------------------------------
