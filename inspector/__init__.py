@@ -35,7 +35,7 @@ _EXPORTS = {
     "PackedTree": "inspector.core.packed",
     "pack": "inspector.core.packed",
     # operations
-    "weighted_sum": "inspector.core.weighted_sum",
+    "weighted_sum": "inspector.streaming",
     "weighted_sum_dtype": "inspector.core.weighted_sum",
     "index": "inspector.core.indexing",
     "parse_index": "inspector.core.index_parse",

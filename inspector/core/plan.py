@@ -85,6 +85,13 @@ class Plan:
             self._compiled.append(compiled)
         return (time.perf_counter() - start if n_new else 0.0), n_new
 
+    @property
+    def compiled(self) -> list:
+        """The compiled kernel of each call, in order (after `compile`)."""
+        if len(self._compiled) != len(self.calls):
+            self.compile()
+        return self._compiled
+
     def place(self) -> float:
         """Moves array arguments onto the device (lazy leaves wait); returns the seconds."""
         start = time.perf_counter()

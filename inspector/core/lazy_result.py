@@ -1,0 +1,72 @@
+"""Lazy results: an op's result whose leaves are computed one at a time, when each is read.
+
+A result larger than memory cannot be held, but it can be written: `lazy_result(plan)` turns
+a leaf-by-leaf plan (one kernel call per output leaf, as `weighted_sum`, `stack` and `index`
+make for plain or lazy trees) into a tree of `LazyArray`s. Reading one leaf reads only that
+leaf's inputs, runs its (cached) kernel and hands back a host array; nothing else is kept. A
+writer that goes leaf by leaf (`inspector.save`) then holds one output leaf and its inputs at a
+time: that is how `weighted_sum(..., out=path)` streams.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from inspector.core.errors import InspectorError
+from inspector.core.lazy import LazyArray
+from inspector.core.plan import Plan
+
+
+def lazy_result(plan: Plan):
+    """Returns the plan's result as a tree of `LazyArray`s, each computed when it is read.
+
+    Kernels are compiled now (so shapes, dtypes and compile errors are known at once); no
+    input data is read until a leaf is.
+
+    Raises:
+        InspectorError: some call of the plan gives more than one array (it cannot stream).
+
+    >>> from inspector.core.weighted_sum import plan_weighted_sum
+    >>> out = lazy_result(plan_weighted_sum([{"w": np.ones(2)}, {"w": np.ones(2)}], [1, 2]))
+    >>> out["w"], out["w"].read().tolist()
+    (LazyArray(float32[2], source="weighted_sum['w']"), [3.0, 3.0])
+    """
+    plan.compile()
+    infos = [compiled.out_info for compiled in plan.compiled]
+    if not all(isinstance(info, jax.ShapeDtypeStruct) for info in infos):
+        raise InspectorError(
+            f"Cannot stream {plan.op}: its kernels give more than one array per call; "
+            "run it in memory instead.")
+    placeholders = [_Marker(i) for i in range(len(plan.calls))]
+    skeleton = plan.assemble(placeholders)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(skeleton)
+    out = []
+    for path, leaf in leaves:
+        if isinstance(leaf, _Marker):
+            info = infos[leaf.i]
+            name = f"{plan.op}{jax.tree_util.keystr(path)}"
+            out.append(LazyArray(info.shape, info.dtype, _reader(plan, leaf.i), source=name))
+        else:
+            out.append(leaf)  # an input leaf the op leaves as it is (index with ':')
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+class _Marker:
+    """Stands for output `i` while the plan assembles its result's structure."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+def _reader(plan: Plan, i: int):
+    def read() -> np.ndarray:
+        call, compiled = plan.calls[i], plan.compiled[i]
+        # Arguments move to the device here, one call's worth at a time (not all in `place`).
+        args = [a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a), plan.device)
+                for a in call.args]
+        return np.asarray(compiled(*args))
+
+    return read

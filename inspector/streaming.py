@@ -1,0 +1,48 @@
+"""Public ops that can stream their result into a file (`out=`): larger-than-memory results.
+
+The core computes (`inspector.core.lazy_result`: one output leaf at a time, on read); io writes
+(`inspector.io.streaming.write_streamed`: leaf by leaf, atomically). This module joins the two
+for the public API, the one layer that sees both.
+"""
+
+from __future__ import annotations
+
+import os
+
+from inspector.core import weighted_sum as _ws
+from inspector.core.lazy_result import lazy_result
+from inspector.core.op import register
+from inspector.core.packed import PackedTree
+from inspector.io.streaming import write_streamed
+
+
+def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = None):
+    """Returns `sum_k weights[k] * trees[k]`; with `out=`, streamed into that file.
+
+    Without `out`, this is `inspector.core.weighted_sum.weighted_sum` (see it for the rules:
+    dtypes, packed trees, devices). With `out="merged.safetensors"` (or `.npz`), the result
+    is computed leaf by leaf straight into the file, never held whole in memory, each input
+    leaf read once; the file is written under a temporary name and renamed on success.
+
+    Returns:
+        The result tree; with `out`, `inspector.load(out)` (lazy leaves over the file).
+
+    Raises:
+        StructureMismatchError, InspectorError: as the in-memory op, before anything is
+            written; InspectorError from `inspector.save` (bad keys, dtypes, suffix).
+
+    >>> import tempfile, numpy as np
+    >>> path = tempfile.mkdtemp() + "/sum.safetensors"
+    >>> merged = weighted_sum([{"w": np.ones(2)}, {"w": np.ones(2)}], [1, 2], out=path)
+    >>> np.asarray(merged["w"]).tolist()
+    [3.0, 3.0]
+    """
+    if out is None:
+        return _ws.weighted_sum(trees, weights, device=device)
+    # Packed inputs stream too: their leaves are views into the buffers.
+    trees = [t.unpack() if isinstance(t, PackedTree) else t for t in trees]
+    plan = _ws.plan_weighted_sum(trees, weights, device)
+    return write_streamed(lazy_result(plan), out)
+
+
+register(weighted_sum, _ws.WEIGHTED_SUM)
