@@ -7,6 +7,8 @@
     inspector.stack(ensemble); inspector.unstack(stacked)
     inspector.run(inspector.weighted_sum, [a, b], [0.5, 0.5], device="cpu:0")  # timed
     inspector.diff(model_tree, inspector.load("ckpt.safetensors"))
+    m = inspector.mesh({"data": 4, "model": 2})     # JAX's own Mesh over jax.devices()
+    inspector.shard(params, m, {"w": "data, model", "b": None})   # NamedSharding per leaf
 
 Names are resolved on first use: `import inspector` stays cheap (`panel serve inspector`
 executes this file as a throwaway package) and never loads a UI library.
@@ -26,6 +28,7 @@ _EXPORTS = {
     "IndexOutOfRangeError": "inspector.core.errors",
     "UnsupportedLeafError": "inspector.core.errors",
     "LoadError": "inspector.core.errors",
+    "ShardingError": "inspector.core.errors",
     # describing and comparing
     "Row": "inspector.core.describe",
     "describe": "inspector.core.describe",
@@ -42,6 +45,11 @@ _EXPORTS = {
     "format_index": "inspector.core.index_parse",
     "stack": "inspector.core.stacking",
     "unstack": "inspector.core.stacking",
+    # meshes and sharded trees
+    "mesh": "inspector.core.sharding",
+    "shard": "inspector.core.sharding",
+    "device_bytes": "inspector.core.sharding",
+    "parse_spec": "inspector.core.spec_parse",
     # running
     "Op": "inspector.core.op",
     "run": "inspector.core.runner",

@@ -10,6 +10,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.leaves import dtype_name, leaf_info
 from inspector.core.packed import structure_of
+from inspector.core.sharding import sharding_text
 
 
 class Row(NamedTuple):
@@ -27,6 +28,10 @@ class Row(NamedTuple):
         nbytes, n_leaves, n_params: the leaf's own, or subtree totals on inner nodes.
         n_children: direct children (0 for leaves).
         device: where a JAX array lives (`cpu:0`, or `4 devices` when sharded), else `None`.
+        sharding: how a leaf is laid out over several devices, in words
+            (`PartitionSpec('data', None) over data=4, model=2`, `replicated over 8 devices`,
+            or the sharding a checkpoint was saved with); `None` for one device, host arrays
+            and inner nodes.
     """
 
     path: str
@@ -41,6 +46,7 @@ class Row(NamedTuple):
     n_params: int
     n_children: int
     device: str | None
+    sharding: str | None = None
 
 
 def describe(tree) -> list[Row]:
@@ -84,8 +90,10 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
     if kind == nodes.LEAF:
         shape, dtype, nbytes, device = leaf_info(node)
         n_params = math.prod(shape) if shape is not None else 0
+        sharding = sharding_text(node) if device is not None or hasattr(node, "sharding") \
+            else None
         rows.append(_row(path, key, depth, kind, type(node).__name__, shape, dtype, nbytes,
-                         1, n_params, 0, device))
+                         1, n_params, 0, device, sharding))
         return nbytes, 1, n_params
     slot = len(rows)
     rows.append(None)

@@ -23,6 +23,10 @@ class UnsupportedLeafError(InspectorError, TypeError):
     """A leaf is not an array an operation can use (a string, an object, ...)."""
 
 
+class ShardingError(InspectorError):
+    """A mesh or a sharding spec does not fit the devices or the tree's leaves."""
+
+
 class LoadError(InspectorError):
     """A file or directory could not be read as a checkpoint."""
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from inspector.core import nodes
+from inspector.core import nodes, placement
 from inspector.core.devices import resolve_device
 from inspector.core.errors import (
     IndexOutOfRangeError,
@@ -100,6 +100,27 @@ def _result_size(pattern, shape: tuple[int, ...]) -> int:
         size *= shape[axis] if p[0] == "f" else (p[1] if p[0] == "s" else 1)
         axis += 1
     return size
+
+
+def _result_spec(pattern, sharding, rank: int) -> tuple:
+    """The layout of an indexed leaf: a kept axis keeps its mesh axes (a slice too, when its
+    size still divides over them), a taken position drops them, a new axis is not split."""
+    spec = tuple(sharding.spec) + (None,) * (rank - len(sharding.spec))
+    sizes = dict(sharding.mesh.shape)
+    out, axis = [], 0
+    for p in pattern:
+        if p[0] == "n":
+            out.append(None)
+            continue
+        entry = spec[axis]
+        names = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+        parts = int(np.prod([sizes[n] for n in names], dtype=np.int64))
+        if p[0] == "f" or (p[0] == "s" and p[1] % parts == 0):
+            out.append(entry)
+        elif p[0] == "s":
+            out.append(None)
+        axis += 1
+    return tuple(out)
 
 
 def _index_kernel(pattern):
@@ -227,7 +248,13 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             key = ("index", tuple(shape), str(dt), pattern)
             args = [array, np.asarray(starts or [0], dtype=np.int32)]
             leaf_slots[full] = len(calls)
-            calls.append(Call(key, lambda pattern=pattern: _index_kernel(pattern), args))
+            call = Call(key, lambda pattern=pattern: _index_kernel(pattern), args)
+            sharding = placement.first([array])
+            if sharding is not None:  # SPMD over the mesh; kept axes keep their layout
+                call.shardings = (sharding, placement.replicated(sharding.mesh))
+                call.out_shardings = placement.with_spec(
+                    sharding, _result_spec(pattern, sharding, len(shape)))
+            calls.append(call)
             out_bytes = _result_size(pattern, shape) * np.dtype(dt).itemsize
             read += out_bytes  # a slice reads only what it keeps
             written += out_bytes

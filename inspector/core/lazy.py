@@ -13,7 +13,8 @@ class LazyArray:
 
     Checkpoint readers (`inspector.io`) return trees of these, so a 10 GB file opens in
     milliseconds. `np.asarray(leaf)` (or `leaf.read()`) reads the data; the result is cached
-    only when `cache=True`, so streaming operations hold one leaf at a time.
+    only when `cache=True`, so streaming operations hold one leaf at a time. `sharding` is how
+    the array was laid out over devices when it was saved (`SavedSharding`), if the file says.
 
     >>> leaf = LazyArray((2, 3), "float32", lambda: np.zeros((2, 3), np.float32), source="x")
     >>> leaf.shape, leaf.dtype, leaf.nbytes
@@ -22,7 +23,7 @@ class LazyArray:
     0.0
     """
 
-    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value")
+    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding")
 
     def __init__(
         self,
@@ -31,6 +32,7 @@ class LazyArray:
         reader: Callable[[], np.ndarray],
         source: str = "",
         cache: bool = False,
+        sharding=None,
     ):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
@@ -38,6 +40,7 @@ class LazyArray:
         self.source = source
         self._cache = cache
         self._value = None
+        self.sharding = sharding
 
     @property
     def ndim(self) -> int:

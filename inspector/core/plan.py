@@ -53,6 +53,10 @@ class Call:
         donate: positions of args whose buffers the kernel may reuse for its output.
         carry: when true, output 0 replaces args[0] after each execution, so a donated
             output buffer is reused from one timed run to the next (no fresh page faults).
+        shardings: where each arg goes when the inputs are sharded over a mesh (one
+            `jax.sharding.Sharding` per arg); None places every arg on the plan's device.
+        out_shardings: the kernel's output shardings (as `jax.jit` takes them) when the
+            inputs are sharded, so an op keeps its inputs' layout; None lets JAX choose.
     """
 
     key: tuple
@@ -60,11 +64,18 @@ class Call:
     args: list
     donate: tuple[int, ...] = ()
     carry: bool = False
+    shardings: tuple | None = None
+    out_shardings: object = None
+
+    def target(self, i: int, device):
+        """Where args[i] must live: its sharding over the mesh, else the plan's device."""
+        return device if self.shardings is None else self.shardings[i]
 
 
 @dataclass
 class Plan:
-    """An op ready to compile and execute on one device."""
+    """An op ready to compile and execute on one device, or SPMD over a mesh when its calls
+    carry shardings (inputs sharded with `inspector.shard`)."""
 
     op: str
     device: jax.Device
@@ -73,6 +84,15 @@ class Plan:
     bytes_read: int
     bytes_written: int
     _compiled: list = field(default_factory=list, repr=False)
+
+    @property
+    def mesh(self):
+        """The `jax.sharding.Mesh` the op runs on (SPMD), or None for one device."""
+        for call in self.calls:
+            for sharding in call.shardings or ():
+                if isinstance(sharding, jax.sharding.NamedSharding):
+                    return sharding.mesh
+        return None
 
     def compile(self) -> tuple[float, int]:
         """Compiles every kernel not yet cached; returns `(seconds, number compiled now)`."""
@@ -93,14 +113,22 @@ class Plan:
         return self._compiled
 
     def place(self) -> float:
-        """Moves array arguments onto the device (lazy leaves wait); returns the seconds."""
+        """Moves array arguments onto the device or mesh (lazy leaves wait); returns the seconds."""
         start = time.perf_counter()
-        unique = {id(a): a for c in self.calls for a in c.args if _needs_move(a, self.device)}
+        unique = {}
+        for c in self.calls:
+            for i, a in enumerate(c.args):
+                target = c.target(i, self.device)
+                if _needs_move(a, target):
+                    unique[id(a), target] = (a, target)
         # One batched transfer of each distinct array (the weights are shared by every call):
         # a device_put per array costs ~50 us, a second at 20,000 leaves.
-        moved = dict(zip(unique, jax.device_put(list(unique.values()), self.device), strict=True))
+        values = list(unique.values())
+        moved = dict(zip(unique, jax.device_put([a for a, _ in values], [t for _, t in values]),
+                         strict=True))
         for call in self.calls:
-            call.args = [moved.get(id(a), a) for a in call.args]
+            call.args = [moved.get((id(a), call.target(i, self.device)), a)
+                         for i, a in enumerate(call.args)]
         jax.block_until_ready(list(moved.values()))
         return time.perf_counter() - start
 
@@ -117,8 +145,9 @@ class Plan:
                 # leaf while earlier kernels still hold theirs, and memory would not stay bounded.
                 jax.block_until_ready(streaming.pop(0))
             args = [
-                jax.device_put(np.asarray(a), self.device) if isinstance(a, LazyArray) else a
-                for a in call.args
+                jax.device_put(np.asarray(a), call.target(i, self.device))
+                if isinstance(a, LazyArray) else a
+                for i, a in enumerate(call.args)
             ]
             out = compiled(*args)
             if lazy:
@@ -146,20 +175,25 @@ class Plan:
         return total
 
 
-def _needs_move(arg, device) -> bool:
+def _needs_move(arg, target) -> bool:
     if isinstance(arg, LazyArray):
         return False  # read and placed when its call runs, so checkpoints stream
-    return not (isinstance(arg, jax.Array) and arg.sharding.device_set == {device})
+    if not isinstance(arg, jax.Array):
+        return True
+    if isinstance(target, jax.Device):
+        return arg.sharding.device_set != {target}
+    return not arg.sharding.is_equivalent_to(target, arg.ndim)
 
 
-def _abstract(arg, device):
-    sharding = jax.sharding.SingleDeviceSharding(device)
+def _abstract(arg, target):
+    sharding = (jax.sharding.SingleDeviceSharding(target) if isinstance(target, jax.Device)
+                else target)
     dtype = jax.dtypes.canonicalize_dtype(arg.dtype)  # what device_put will make of it
     return jax.ShapeDtypeStruct(np.shape(arg), dtype, sharding=sharding)
 
 
 def _compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
-    key = (call.key, device)
+    key = (call.key, device, call.shardings, call.out_shardings)
     compiled = _CACHE.get(key)
     if compiled is not None:
         return compiled, False
@@ -167,8 +201,10 @@ def _compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
         compiled = _CACHE.get(key)
         if compiled is not None:
             return compiled, False
-        abstract = [_abstract(a, device) for a in call.args]
-        jitted = jax.jit(call.make(), donate_argnums=call.donate, keep_unused=True)
+        abstract = [_abstract(a, call.target(i, device)) for i, a in enumerate(call.args)]
+        jitted = jax.jit(call.make(), donate_argnums=call.donate, keep_unused=True,
+                         **({} if call.out_shardings is None
+                            else {"out_shardings": call.out_shardings}))
         compiled = jitted.lower(*abstract).compile()
         _CACHE[key] = compiled
         _STATS["compiles"] += 1

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import jax
 
+from inspector.core import placement
 from inspector.core.devices import device_name, devices, resolve_device
 from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
@@ -38,6 +39,8 @@ class RunResult:
         gbps: (bytes_read + bytes_written) / median, in GB/s (1e9 bytes): kernel time only.
         cost: XLA's cost analysis summed over the kernels (`flops`, `bytes accessed`) when
             the backend gives one, else empty.
+        mesh: the mesh the op ran on as SPMD programs (`data=4, model=2`) when its inputs
+            were sharded, else None (then `device` names the one device).
     """
 
     op: str
@@ -52,6 +55,7 @@ class RunResult:
     bytes_written: int
     cost: dict
     read_seconds: float = 0.0
+    mesh: str | None = None
 
     @property
     def median_seconds(self) -> float:
@@ -115,10 +119,12 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
         start = time.perf_counter()
         result = block(plan.execute())
         times.append(time.perf_counter() - start)
+    mesh = plan.mesh
     return RunResult(
         op=plan.op,
         result=result,
-        device=device_name(device),
+        device=device_name(device) if mesh is None else f"{mesh.devices.size} devices",
+        mesh=None if mesh is None else ", ".join(f"{n}={s}" for n, s in mesh.shape.items()),
         compile_seconds=compile_seconds,
         n_compiled=n_compiled,
         n_kernels=len(plan.calls),
@@ -153,4 +159,8 @@ def _function_plan(fn: Callable, args: tuple, kwargs: dict, device) -> Plan:
     written = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
                   for x in jax.tree_util.tree_leaves(out_shape))
     name = getattr(fn, "__name__", "function")
-    return Plan(name, device, [Call(key, make, arrays)], lambda outs: outs[0], nbytes, written)
+    call = Call(key, make, arrays)
+    sharding = placement.first(arrays)
+    if sharding is not None:  # SPMD over the inputs' mesh; JAX propagates the layouts
+        call.shardings = tuple(placement.like(placement.replicated(sharding.mesh), arrays))
+    return Plan(name, device, [call], lambda outs: outs[0], nbytes, written)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import validate
+from inspector.core import placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, StructureMismatchError, bullet_list
 from inspector.core.leaves import leaf_info
@@ -43,6 +43,7 @@ def plan_stack(trees, device=None) -> Plan:
         raise InspectorError("Cannot stack no trees: give a list of one or more trees.")
     action = f"Cannot stack {len(trees)} trees"
     validate.check_same_structure(trees, action)
+    placement.check_one_mesh(trees, action)
     device = resolve_device(device)
     flat = [validate.flatten(t) for t in trees]
     treedef = flat[0][1]
@@ -53,7 +54,13 @@ def plan_stack(trees, device=None) -> Plan:
     for i, x in enumerate(columns[0]):
         dtype = jax.dtypes.canonicalize_dtype(x.dtype)
         key = ("stack", k, tuple(x.shape), str(dtype))
-        calls.append(Call(key, lambda: _stack_kernel, [col[i] for col in columns]))
+        args = [col[i] for col in columns]
+        call = Call(key, lambda: _stack_kernel, args)
+        sharding = placement.first(args)
+        if sharding is not None:  # the new leading axis is not split; the rest keep theirs
+            call.shardings = placement.like(sharding, args)
+            call.out_shardings = placement.with_spec(sharding, (None, *sharding.spec))
+        calls.append(call)
         nbytes += k * math.prod(x.shape) * np.dtype(dtype).itemsize
     return Plan("stack", device, calls, treedef.unflatten, nbytes, nbytes)
 
@@ -91,8 +98,13 @@ def plan_unstack(tree, device=None) -> Plan:
     calls, nbytes = [], 0
     for x in leaves:
         dtype = jax.dtypes.canonicalize_dtype(x.dtype)
-        calls.append(Call(("unstack", k, tuple(x.shape), str(dtype)),
-                          lambda k=k: _unstack_kernel(k), [x]))
+        call = Call(("unstack", k, tuple(x.shape), str(dtype)), lambda k=k: _unstack_kernel(k),
+                    [x])
+        sharding = placement.first([x])
+        if sharding is not None:  # each slice keeps the layout of the axes after the first
+            call.shardings = (sharding,)
+            call.out_shardings = (placement.with_spec(sharding, sharding.spec[1:]),) * k
+        calls.append(call)
         nbytes += math.prod(x.shape) * np.dtype(dtype).itemsize
 
     def assemble(outputs):

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import validate
+from inspector.core import placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.op import Op, register
@@ -109,6 +109,7 @@ def plan_weighted_sum(trees, weights, device=None) -> Plan:
         )
     action = f"Cannot take a weighted sum of {len(trees)} trees"
     validate.check_same_structure(trees, action)
+    placement.check_one_mesh(trees, action)
     device = resolve_device(device)
     integral = _integral(weights)
     if all(isinstance(t, PackedTree) for t in trees):
@@ -156,7 +157,13 @@ def _leaf_plan(trees, weights, integral, device, action) -> Plan:
         shape = tuple(x.shape)
         key = ("weighted_sum", k, shape, str(dtype), str(acc), str(out))
         args = [w_by_dtype[str(dtype)], *(col[i] for col in columns)]
-        calls.append(Call(key, lambda k=k, acc=acc, out=out: _leaf_kernel(k, acc, out), args))
+        call = Call(key, lambda k=k, acc=acc, out=out: _leaf_kernel(k, acc, out), args)
+        sharding = placement.first(args[1:])
+        if sharding is not None:  # SPMD over the mesh; the sum keeps the leaf's layout
+            call.shardings = (placement.replicated(sharding.mesh),
+                              *placement.like(sharding, args[1:]))
+            call.out_shardings = sharding
+        calls.append(call)
         read += k * math.prod(shape) * dtype.itemsize
         written += math.prod(shape) * out.itemsize
     return Plan("weighted_sum", device, calls, treedef.unflatten, read, written)
@@ -173,12 +180,19 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
     for group, size in layout.sizes.items():
         dtype = trees[0].buffers[group].dtype
         acc, out, _ = _dtypes(np.dtype(dtype), integral)
-        buffer = jnp.zeros((size,), out, device=device)
+        buffers = [t.buffers[group] for t in trees]
+        sharding = placement.first(buffers)
+        buffer = jnp.zeros((size,), out, device=device if sharding is None else sharding)
         key = ("weighted_sum_packed", k, size, str(dtype), str(acc), str(out))
         weights_array = _weight_array(weights, integral, dtype)
-        args = [buffer, weights_array, *(t.buffers[group] for t in trees)]
-        calls.append(Call(key, lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out), args,
-                          donate=(0,), carry=True))
+        args = [buffer, weights_array, *buffers]
+        call = Call(key, lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out), args,
+                    donate=(0,), carry=True)
+        if sharding is not None:  # buffers laid out over a mesh: so is the result
+            call.shardings = (sharding, placement.replicated(sharding.mesh),
+                              *placement.like(sharding, buffers))
+            call.out_shardings = sharding
+        calls.append(call)
         read += k * size * np.dtype(dtype).itemsize
         written += size * out.itemsize
     groups = list(layout.sizes)

@@ -43,11 +43,16 @@ SAVERS: dict[str, Callable[[dict[str, Any], str | os.PathLike], None]] = {
 _SUFFIXES = {".safetensors": "safetensors", ".npz": "npz"}
 
 
+_SAVED = "saved"
+
+
 def load(
     path: str | os.PathLike,
     *,
     root: str | os.PathLike | None = None,
     max_inflate: int | None = None,
+    mesh=None,
+    specs=_SAVED,
 ) -> Any:
     """Returns the pytree stored at `path`, whatever its format, with lazy array leaves.
 
@@ -64,6 +69,12 @@ def load(
         max_inflate: bytes the load may decompress (or fill) in total, checked against the
             sizes the file declares before anything is inflated; by default
             `limits.INFLATE_RATIO` times the file's size, at least `limits.INFLATE_FLOOR`.
+        mesh: a `jax.sharding.Mesh` (see `inspector.mesh`) to restore the arrays straight
+            into, leaf by leaf, instead of returning lazy leaves.
+        specs: with `mesh`, the layout as `inspector.shard` takes it (a prefix tree of
+            `PartitionSpec`s, spec text or None). `"saved"` (the default): each array takes the
+            spec it was saved with (orbax records it) when the mesh has those axes, else it
+            is replicated.
 
     Returns:
         The tree: nested dicts (and lists, for formats that record them) of `LazyArray`
@@ -73,6 +84,7 @@ def load(
         LoadError: the path does not exist, is not a format the inspector reads, is damaged,
             refers to files outside its folder (or `root`), or would inflate more than
             `max_inflate`; the message names the file and the problem.
+        ShardingError: with `mesh`, leaves that do not fit their specs (every one listed).
 
     >>> import tempfile, numpy as np
     >>> path = save({"w": np.eye(2, dtype=np.float32)}, f"{tempfile.mkdtemp()}/m.safetensors")
@@ -80,6 +92,32 @@ def load(
     >>> tree["w"].shape, tree["w"].dtype, np.asarray(tree["w"]).tolist()
     ((2, 2), dtype('float32'), [[1.0, 0.0], [0.0, 1.0]])
     """
+    tree = _read(path, root, max_inflate)
+    if mesh is None:
+        return tree
+    from inspector.core.sharding import shard
+
+    if specs is _SAVED:
+        specs = _saved_specs(tree, mesh)
+    return shard(tree, mesh, specs)
+
+
+def _saved_specs(tree, mesh):
+    """Each lazy leaf's saved spec where `mesh` has its axes; None (replicated) elsewhere."""
+    import jax
+
+    from inspector.core.lazy import LazyArray
+
+    def spec(leaf):
+        saved = getattr(leaf, "sharding", None) if isinstance(leaf, LazyArray) else None
+        if saved is None or not set(saved.axes) <= set(mesh.axis_names):
+            return None
+        return saved.spec
+
+    return jax.tree_util.tree_map(spec, tree)
+
+
+def _read(path, root, max_inflate):
     fmt = sniff(path)
     bounds = limits.LoadLimits(None if root is None else Path(root), max_inflate)
     try:

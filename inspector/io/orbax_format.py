@@ -17,10 +17,13 @@ Tensorstore opens whatever the folder holds, links included, so before anything 
 link in the folder is resolved and checked against the load's `root` (`limits`), array names
 may not climb out of the folder, and the arrays' total size is charged to the inflate budget
 (zarr chunks are compressed) against the bytes the folder stores.
+Arrays saved sharded carry the sharding orbax recorded in its `_sharding` file (spec and mesh
+axes, shown per leaf by `describe`), read from that small JSON file alone.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -111,10 +114,12 @@ def load(path: str | os.PathLike) -> Any:
     if total > stored:
         budget.charge(total - stored, f"{len(specs)} zarr array(s)")
     strings = _strings(path) if "string" in kinds else {}
+    saved = _shardings(path)
     root, unsupported = _Node(), []
     for place, name, kind in zip(places, names, kinds, strict=True):
         if name in specs:
             value = store.leaf(name, *specs[name])
+            value.sharding = saved.get(name)
         elif kind == "string":
             value = strings.get(name)
         elif kind in EMPTY_KINDS:
@@ -289,6 +294,37 @@ def _shape(value) -> tuple[int, ...]:
     ):
         raise ValueError(f"shape {value!r:.80} is not a list of non-negative integers")
     return tuple(value)
+
+
+def _shardings(path: Path) -> dict:
+    """`name -> SavedSharding` for arrays saved as a `NamedSharding`, from `_sharding`.
+
+    orbax keys the file by the base64 of each array's name and stores each sharding as JSON
+    text. The layout is shown, never needed to read the data, so entries that are missing,
+    damaged or of another kind (one device) are left out instead of refusing the checkpoint.
+    """
+    from jax.sharding import PartitionSpec
+
+    from inspector.core.sharding import SavedSharding
+
+    try:
+        entries = json.loads((path / "_sharding").read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for key, text in entries.items() if isinstance(entries, dict) else ():
+        try:
+            name = base64.b64decode(key).decode()
+            meta = json.loads(text)
+            if meta.get("sharding_type") != "NamedSharding":
+                continue
+            spec = PartitionSpec(*(tuple(e) if isinstance(e, list) else e
+                                   for e in meta["partition_spec"]))
+            axes = dict(zip(meta["axis_names"], map(int, meta["shape"]), strict=True))
+            out[name] = SavedSharding(spec, axes)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return out
 
 
 def _strings(path: Path) -> dict[str, str]:
