@@ -29,6 +29,7 @@ _EXPORTS = {
     "UnsupportedLeafError": "inspector.core.errors",
     "LoadError": "inspector.core.errors",
     "ShardingError": "inspector.core.errors",
+    "TreeDepthError": "inspector.core.errors",
     # describing and comparing
     "Row": "inspector.core.describe",
     "describe": "inspector.core.describe",

@@ -58,6 +58,10 @@ def describe(tree) -> list[Row]:
 
     Packed trees (`inspector.pack`) are described as the tree they hold.
 
+    Raises:
+        TreeDepthError: the tree contains itself (the message names the cycle's key path) or
+            nests deeper than `nodes.MAX_DEPTH` levels.
+
     >>> rows = describe({"b": np.zeros((2, 3), np.float32), "a": [1, None]})
     >>> for r in rows:
     ...     print(repr(r.path), r.kind, r.shape, r.dtype, r.n_params)
@@ -69,12 +73,16 @@ def describe(tree) -> list[Row]:
     """
     tree = structure_of(tree)
     rows: list[Row | None] = []
-    _walk(tree, "", "", 0, rows)
+    try:
+        _walk(tree, "", "", 0, rows)
+    except nodes.DepthExceeded:
+        raise nodes.too_deep(tree) from None
     return rows  # type: ignore[return-value]
 
 
 def _walk(node, path: str, key: str, depth: int, rows: list,
-          _ndarray=np.ndarray, _row=Row, _name=dtype_name) -> tuple[int, int, int]:
+          _ndarray=np.ndarray, _row=Row, _name=dtype_name,
+          _max_depth=nodes.MAX_DEPTH) -> tuple[int, int, int]:
     # The hot loop of every view: 100k-leaf trees must describe in well under a second, so
     # NumPy leaves and plain dicts skip the generic path, and globals are bound as defaults.
     if type(node) is _ndarray:
@@ -95,6 +103,8 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
         rows.append(_row(path, key, depth, kind, type(node).__name__, shape, dtype, nbytes,
                          1, n_params, 0, device, sharding))
         return nbytes, 1, n_params
+    if depth >= _max_depth and kids:
+        raise nodes.DepthExceeded
     slot = len(rows)
     rows.append(None)
     total_bytes = total_leaves = total_params = 0

@@ -60,13 +60,19 @@ def diff(a, b, values: bool = False) -> list[Difference]:
     Returns:
         A list of `Difference`; empty when the trees agree.
 
+    Raises:
+        TreeDepthError: a tree contains itself or nests deeper than `nodes.MAX_DEPTH` levels.
+
     >>> [str(d) for d in diff({"w": np.zeros(3), "b": 1}, {"w": np.zeros(4)})]
     ["['b']: missing from the second tree (first has int32[])", "['w']: shape (3,) vs (4,)"]
     """
     view = unpacked if values else structure_of
     a, b = view(a), view(b)
     out: list[Difference] = []
-    _compare(a, b, "", values, out)
+    try:
+        _compare(a, b, "", values, out, 0)
+    except nodes.DepthExceeded:
+        raise nodes.too_deep(a, b) from None
     return out
 
 
@@ -83,7 +89,7 @@ def summary(node) -> str:
     return f"{nodes.type_name(node)} of {len(kids)}"
 
 
-def _compare(a, b, path: str, values: bool, out: list) -> None:
+def _compare(a, b, path: str, values: bool, out: list, depth: int) -> None:
     kind_a, kids_a = nodes.children(a)
     kind_b, kids_b = nodes.children(b)
     if kind_a == nodes.LEAF and kind_b == nodes.LEAF:
@@ -92,6 +98,8 @@ def _compare(a, b, path: str, values: bool, out: list) -> None:
     if kind_a == nodes.LEAF or kind_b == nodes.LEAF:
         out.append(Difference(path, TYPE, summary(a), summary(b)))
         return
+    if depth >= nodes.MAX_DEPTH and (kids_a or kids_b):
+        raise nodes.DepthExceeded
     if type(a) is not type(b):
         out.append(Difference(path, TYPE, nodes.type_name(a), nodes.type_name(b)))
     b_by_key = dict(kids_b)
@@ -99,7 +107,7 @@ def _compare(a, b, path: str, values: bool, out: list) -> None:
     for key, child_a in kids_a:
         a_keys.add(key)
         if key in b_by_key:
-            _compare(child_a, b_by_key[key], path + key, values, out)
+            _compare(child_a, b_by_key[key], path + key, values, out, depth + 1)
         else:
             out.append(Difference(path + key, MISSING, summary(child_a), None))
     for key, child_b in kids_b:

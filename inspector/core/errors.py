@@ -38,3 +38,7 @@ def bullet_list(lines, limit: int = 50) -> str:
     if len(lines) > limit:
         shown.append(f"  ... and {len(lines) - limit} more")
     return "\n".join(shown)
+
+
+class TreeDepthError(InspectorError):
+    """A tree nests deeper than the inspector walks, or contains itself (a cycle)."""

@@ -8,6 +8,7 @@ from inspector.core.errors import IndexParseError
 
 _INT = r"[+-]?\s*\d+"
 _TOKEN = re.compile(r"\s*(\.\.\.|:|,|[+-]?\s*\d+|None|newaxis|\S)")
+_SPACE = re.compile(r"\s+")  # any whitespace, as `\s` in _TOKEN matches it (tabs, NBSP, ...)
 _HINT = "Write an index like NumPy's: 1, -1, 1:3, ::2, ..., 0, or : to keep everything."
 
 
@@ -64,7 +65,7 @@ def _tokenize(text: str) -> list[tuple[str, int]]:
             break
         if tok not in ("...", ":", ",", "None", "newaxis") and not re.fullmatch(_INT, tok):
             _fail(text, col, f"unexpected character {tok!r}")
-        tokens.append((tok.replace(" ", ""), col))
+        tokens.append((_SPACE.sub("", tok), col))
         pos = m.end()
     return tokens
 
@@ -89,13 +90,20 @@ def _item(text: str, tokens: list, pos: int):
         else:
             if parts[-1] is not None:
                 _fail(text, col, "two numbers in a row; separate entries with ','")
-            parts[-1] = int(tok)
+            parts[-1] = _int(text, col, tok)
         pos += 1
     if len(parts) == 1:
         return parts[0], pos
     if len(parts) == 3 and parts[2] == 0:
         _fail(text, col, "a slice step cannot be zero")
     return slice(*parts), pos
+
+
+def _int(text: str, col: int, tok: str) -> int:
+    try:
+        return int(tok)
+    except ValueError:  # Python refuses to convert numbers of more than 4,300 digits
+        _fail(text, col, f"a number of {len(tok.lstrip('+-')):,} digits is too long")
 
 
 def _fail(text: str, col: int, problem: str):

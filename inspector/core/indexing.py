@@ -151,7 +151,7 @@ def _index_kernel(pattern):
     return kernel
 
 
-def _pair(index_tree, tree, path: str, out: list, mismatches: list) -> None:
+def _pair(index_tree, tree, path: str, out: list, mismatches: list, depth: int = 0) -> None:
     """Walks `index_tree` as a prefix of `tree`, collecting (path, index, subtree) triples."""
     if index_tree is None:
         return  # None keeps its subtree as it is
@@ -160,6 +160,8 @@ def _pair(index_tree, tree, path: str, out: list, mismatches: list) -> None:
         return
     kind_i, kids_i = nodes.children(index_tree)
     kind_t, kids_t = nodes.children(tree)
+    if depth >= nodes.MAX_DEPTH and kids_i:
+        raise nodes.DepthExceeded
     if kind_i == nodes.LEAF:
         mismatches.append(f"{path or '(root)'}: {index_tree!r} is not an index "
                           "(use an int, a slice, '...', a string like '1:3', or None)")
@@ -186,7 +188,7 @@ def _pair(index_tree, tree, path: str, out: list, mismatches: list) -> None:
         mismatches.append(f"{path or '(root)'}: {detail}")
         return
     for key, child in kids_i:
-        _pair(child, by_key[key], path + key, out, mismatches)
+        _pair(child, by_key[key], path + key, out, mismatches, depth + 1)
 
 
 def plan_index(tree, index_tree, device=None) -> Plan:
@@ -201,7 +203,11 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     pairs: list = []
     mismatches: list[str] = []
     source = unpacked(tree)
-    _pair(index_tree, source, "", pairs, mismatches)
+    nodes.flatten(source)  # a cyclic or too deep tree fails here, with its key path
+    try:
+        _pair(index_tree, source, "", pairs, mismatches)
+    except nodes.DepthExceeded:
+        raise nodes.too_deep(index_tree) from None
     if mismatches:
         raise StructureMismatchError(
             f"The index tree does not match the tree: {len(mismatches)} "
@@ -228,7 +234,7 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     read = written = 0
     for path, idx, subtree in pairs:
         idx = parsed.get(path, idx)
-        for leaf_path, leaf in jax.tree_util.tree_flatten_with_path(subtree)[0]:
+        for leaf_path, leaf in nodes.flatten(subtree, with_path=True)[0]:
             full = path + jax.tree_util.keystr(leaf_path)
             shape, dtype, nbytes, _ = leaf_info(leaf)
             if shape is None:

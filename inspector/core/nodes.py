@@ -13,6 +13,7 @@ import dataclasses
 import jax
 import numpy as np
 
+from inspector.core.errors import TreeDepthError
 from inspector.core.lazy import LazyArray
 
 tree_util = jax.tree_util
@@ -69,3 +70,120 @@ def children(node):
 def type_name(node) -> str:
     """The node's class name as a user knows it (`dict`, `FrozenDict`, `Params`, `ndarray`)."""
     return type(node).__name__
+
+
+# How deep the inspector walks. Its walkers recurse once per level, and so does JAX's flattener
+# (in C++, counted against Python's recursion limit of 1,000, including the caller's frames: a
+# Panel callback already sits 100-200 frames deep), so trees nest at most this deep: leaves
+# at depth MAX_DEPTH at most (the root is at depth 0).
+MAX_DEPTH = 500
+
+
+class DepthExceeded(Exception):
+    """Raised by a recursive walker `MAX_DEPTH` levels down; its caller turns it into
+    `too_deep(tree)`, which walks the tree again without recursion to say why."""
+
+
+def too_deep(*trees) -> TreeDepthError:
+    """The error for trees a walker found too deep: a cycle's key path, or the depth."""
+    for tree in trees:
+        check_depth(tree)
+    return TreeDepthError(f"The tree nests deeper than {MAX_DEPTH} levels.")
+
+
+def flatten(tree, with_path: bool = False):
+    """`jax.tree_util.tree_flatten` (or `tree_flatten_with_path`), guarded.
+
+    Raises:
+        TreeDepthError: the tree contains itself or nests too deep for JAX to flatten; the
+            message names the cycle's key path or the depth (JAX itself reports a bare
+            `SystemError` from its C++ flattener).
+    """
+    try:
+        if with_path:
+            return tree_util.tree_flatten_with_path(tree)
+        return tree_util.tree_flatten(tree)
+    except (RecursionError, SystemError) as e:
+        if not isinstance(e, RecursionError) and not isinstance(e.__cause__, RecursionError):
+            raise
+        check_depth(tree)
+        raise TreeDepthError(
+            "JAX could not flatten the tree: it ran out of Python's recursion limit "
+            f"({_recursion_limit()}) partway; the tree nests less than {MAX_DEPTH} levels, so "
+            "the call stack around it was already deep. Flatten the tree's deepest branches."
+        ) from e
+
+
+def check_depth(tree) -> None:
+    """Walks `tree` without recursion; raises if it contains itself or nests past `MAX_DEPTH`.
+
+    The walkers call it once they find themselves `MAX_DEPTH` levels down (a cycle looks like
+    endless depth), so the message can tell a cycle from a deep tree and name where.
+
+    Raises:
+        TreeDepthError: names the cycle's key path (and the ancestor it repeats), or the depth
+            and the key path of the deepest branch.
+    """
+    # Each frame: (node, key, iterator over its children); `on_path` holds the ids of the
+    # containers on the current branch, so a container met again below itself is a cycle.
+    kind, kids = children(tree)
+    if kind == LEAF:
+        return
+    stack = [(tree, "", iter(kids))]
+    on_path = {id(tree): 0}
+    while stack:
+        _, _, kids_iter = stack[-1]
+        step = next(kids_iter, None)
+        if step is None:
+            node, _, _ = stack.pop()
+            on_path.pop(id(node), None)
+            continue
+        key, child = step
+        kind, kids = children(child)
+        if kind == LEAF:
+            continue
+        keys = [k for _, k, _ in stack[1:]] + [key]
+        if id(child) in on_path:
+            ancestor = keys[: on_path[id(child)]]
+            raise TreeDepthError(
+                f"The tree contains itself: the {type_name(child)} at {_path(keys)} is the same "
+                f"object as {'the root' if not ancestor else 'its ancestor at ' + _path(ancestor)}"
+                " (a cycle). Pytrees must be acyclic: replace the reference with a copy, or "
+                "remove it."
+            )
+        if len(keys) >= MAX_DEPTH and kids:
+            depth = _deepest(child, len(keys))
+            raise TreeDepthError(
+                f"The tree nests {depth:,} levels deep (at {_path(keys)}); the inspector walks "
+                f"trees up to {MAX_DEPTH} levels deep. Flatten the deepest branches (e.g. a list "
+                "of layers instead of layers nested in each other)."
+            )
+        on_path[id(child)] = len(keys)
+        stack.append((child, key, iter(kids)))
+
+
+def _deepest(node, depth: int) -> int:
+    """The depth of the deepest leaf or empty container below `node` (at `depth`), iteratively."""
+    deepest, todo, seen = depth, [(node, depth)], set()
+    while todo:
+        node, d = todo.pop()
+        kind, kids = children(node)
+        if kind == LEAF or kind == NONE or id(node) in seen:
+            continue
+        seen.add(id(node))
+        deepest = max(deepest, d + 1 if kids else d)
+        todo.extend((c, d + 1) for _, c in kids)
+    return deepest
+
+
+def _path(keys: list[str], head: int = 6, tail: int = 2) -> str:
+    """A key path, shortened in the middle when long: `[0][0]...[0][1] (5,000 keys)`."""
+    if len(keys) <= head + tail + 1:
+        return "".join(keys)
+    return f"{''.join(keys[:head])}...{''.join(keys[-tail:])} ({len(keys):,} keys)"
+
+
+def _recursion_limit() -> int:
+    import sys
+
+    return sys.getrecursionlimit()

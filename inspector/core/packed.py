@@ -15,6 +15,7 @@ from functools import cached_property, partial
 import jax
 import numpy as np
 
+from inspector.core import nodes
 from inspector.core.errors import UnsupportedLeafError, bullet_list
 from inspector.core.leaves import dtype_name, leaf_info
 
@@ -217,14 +218,15 @@ def pack(tree) -> PackedTree:
 
     Raises:
         UnsupportedLeafError: some leaves are not arrays; every such key path is listed.
+        TreeDepthError: the tree contains itself or nests too deep.
     """
     if isinstance(tree, PackedTree):
         return tree
-    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves, treedef = nodes.flatten(tree)
     infos = [leaf_info(x) for x in leaves]
     bad = [i for i, (shape, *_) in enumerate(infos) if shape is None]
     if bad:
-        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+        paths = [jax.tree_util.keystr(p) for p, _ in nodes.flatten(tree, with_path=True)[0]]
         raise UnsupportedLeafError(
             f"Cannot pack the tree: {len(bad)} leaves are not arrays.\n"
             + bullet_list(f"{paths[i]}: {type(leaves[i]).__name__}" for i in bad)

@@ -79,19 +79,9 @@ def plan_unstack(tree, device=None) -> Plan:
     paths = validate.key_paths(tree)
     shapes = [leaf_info(x)[0] for x in leaves]
     sizes = {s[0] for s in shapes if s}
-    scalars = [p for p, s in zip(paths, shapes, strict=True) if not s]
+    scalars = [(p, s) for p, s in zip(paths, shapes, strict=True) if not s]
     if scalars or len(sizes) > 1:
-        common = max(sizes, key=lambda n: sum(1 for s in shapes if s and s[0] == n)) if sizes \
-            else None
-        lines = [f"{p}: shape {s}, no leading axis" for p, s in zip(paths, shapes, strict=True)
-                 if not s]
-        lines += [f"{p}: shape {s}, leading size {s[0]}"
-                  for p, s in zip(paths, shapes, strict=True) if s and s[0] != common]
-        raise StructureMismatchError(
-            f"{action}: {len(lines)} leaves do not share the leading size {common} of the rest.\n"
-            + bullet_list(lines)
-            + "\nUnstacking splits every leaf along axis 0, so all leaves need the same size there."
-        )
+        raise StructureMismatchError(_unstack_problem(action, paths, shapes, scalars, sizes))
     if not leaves:
         raise InspectorError(f"{action}: it has no array leaves to split.")
     k = sizes.pop()
@@ -111,6 +101,33 @@ def plan_unstack(tree, device=None) -> Plan:
         return [treedef.unflatten([out[i] for out in outputs]) for i in range(k)]
 
     return Plan("unstack", device, calls, assemble, nbytes, nbytes)
+
+
+def _unstack_problem(action, paths, shapes, scalars, sizes) -> str:
+    """Says, in sentences, which leaves cannot be split along axis 0, and why."""
+    common = max(sizes, key=lambda n: sum(1 for s in shapes if s and s[0] == n)) \
+        if sizes else None
+    others = [(p, s) for p, s in zip(paths, shapes, strict=True) if s and s[0] != common]
+    sentences = []
+    if len(scalars) == 1 and not others:
+        p, s = scalars[0]
+        return (f"{action}: the leaf {p} has shape {s}, so it has no leading axis to split. "
+                "Unstacking splits every leaf along axis 0; index or drop that leaf first.")
+    if scalars:
+        sentences.append(f"{plural(len(scalars), 'leaf has', 'leaves have')} no leading axis "
+                         "to split (shape ())")
+    if others:
+        sentences.append(f"{plural(len(others), 'leaf has', 'leaves have')} a leading size "
+                         f"other than {common}, the size the other leaves share")
+    lines = [f"{p}: shape {s}, no leading axis" for p, s in scalars]
+    lines += [f"{p}: shape {s}, leading size {s[0]}" for p, s in others]
+    return (f"{action}: {' and '.join(sentences)}.\n" + bullet_list(lines)
+            + "\nUnstacking splits every leaf along axis 0, so all leaves need the same size "
+            "there.")
+
+
+def plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 STACK = Op("stack", plan_stack)

@@ -11,6 +11,7 @@ from collections import defaultdict
 import jax
 import numpy as np
 
+from inspector.core import nodes
 from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, TYPE, diff
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
 from inspector.core.leaves import leaf_info
@@ -24,7 +25,7 @@ def flatten(tree) -> tuple[list, jax.tree_util.PyTreeDef]:
     """`jax.tree.flatten`, with packed trees seen as the tree they hold."""
     if isinstance(tree, PackedTree):
         return tree.leaves(), tree.treedef
-    return jax.tree_util.tree_flatten(tree)
+    return nodes.flatten(tree)
 
 
 def signature(leaves: list, treedef) -> tuple:
@@ -99,4 +100,4 @@ def check_array_leaves(tree, leaves: list, action: str) -> list:
 def key_paths(tree) -> list[str]:
     """The key path of every leaf, in flattening order."""
     tree = structure_of(tree)
-    return [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    return [jax.tree_util.keystr(p) for p, _ in nodes.flatten(tree, with_path=True)[0]]

@@ -115,6 +115,37 @@ def test_parse_errors_say_where(text, problem):
     assert problem in str(info.value)
 
 
+def test_any_whitespace_inside_a_number_is_ignored_like_spaces():
+    assert parse_index("-\t1") == (-1,)
+    assert parse_index("1 :\u00a03, -\n2") == (slice(1, 3), -2)
+
+
+def test_a_number_too_long_for_python_is_a_parse_error():
+    with pytest.raises(IndexParseError) as info:
+        parse_index("1:" + "9" * 5000)
+    assert str(info.value).startswith(
+        "Cannot parse index '1:999")
+    assert "a number of 5,000 digits is too long (at column 3)" in str(info.value)
+    assert parse_index("9" * 4000) == (int("9" * 4000),)  # long, but Python reads it
+
+
+_INDEX_TEXT = st.text(alphabet=st.sampled_from(list("0123456789+-:,. \t\n\u00a0\u0663Nonewaxis")))
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(st.text(), _INDEX_TEXT))
+def test_parse_index_of_any_text_returns_an_index_or_raises_index_parse_error(text):
+    try:
+        index_ = parse_index(text)
+    except IndexParseError as e:
+        assert "Cannot parse index" in str(e) or "The index is empty" in str(e)
+        return
+    assert isinstance(index_, tuple) and index_
+    for item in index_:
+        assert item is None or item is Ellipsis or type(item) in (int, slice)
+    assert parse_index(format_index(index_)) == index_
+
+
 _ENTRY = st.one_of(
     st.integers(-6, 5),
     st.builds(slice, st.none() | st.integers(-7, 7), st.none() | st.integers(-7, 7),

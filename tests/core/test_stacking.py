@@ -68,10 +68,22 @@ def test_unstack_refuses_leaves_with_other_leading_sizes():
     tree = {"a": np.ones((3, 2)), "b": np.ones((4,)), "c": np.ones((3,)), "d": np.float32(1)}
     with pytest.raises(StructureMismatchError) as info:
         unstack(tree)
-    msg = str(info.value)
-    assert "2 leaves do not share the leading size 3" in msg
-    assert "['b']: shape (4,), leading size 4" in msg
-    assert "['d']: shape (), no leading axis" in msg
+    assert str(info.value) == (
+        "Cannot unstack the tree: 1 leaf has no leading axis to split (shape ()) and 1 leaf has "
+        "a leading size other than 3, the size the other leaves share.\n"
+        "  - ['d']: shape (), no leading axis\n"
+        "  - ['b']: shape (4,), leading size 4\n"
+        "Unstacking splits every leaf along axis 0, so all leaves need the same size there."
+    )
+
+
+def test_unstack_of_a_leaf_without_a_leading_axis_says_so_in_a_sentence():
+    with pytest.raises(StructureMismatchError) as info:
+        unstack({"w": np.ones((2, 3)), "step": np.float32(1)})
+    assert str(info.value) == (
+        "Cannot unstack the tree: the leaf ['step'] has shape (), so it has no leading axis to "
+        "split. Unstacking splits every leaf along axis 0; index or drop that leaf first."
+    )
 
 
 def test_stack_of_nothing_is_refused():
