@@ -60,6 +60,8 @@ _EXPORTS = {
     "resolve_device": "inspector.core.devices",
     "compile_count": "inspector.core.plan",
     "clear_cache": "inspector.core.plan",
+    "set_cache_limit": "inspector.core.plan",
+    "cached_kernels": "inspector.core.plan",
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",

@@ -13,31 +13,91 @@ time and cached by key, so:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
+import jax.monitoring
 import numpy as np
 
+from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
 
-_CACHE: dict[tuple, jax.stages.Compiled] = {}
+# The event JAX records around every XLA backend compilation (jax/_src/dispatch.py,
+# `BACKEND_COMPILE_EVENT`, fired by `pxla._cached_compilation` for jit, AOT and eager ops alike).
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+_CACHE: OrderedDict[tuple, jax.stages.Compiled] = OrderedDict()
 _LOCK = threading.Lock()
-_STATS = {"compiles": 0}
 _IN_FLIGHT = 1  # kernels fed from lazy leaves that may run while the next leaf is read
+_LIMIT = {"kernels": int(os.environ.get("INSPECTOR_KERNEL_CACHE_SIZE", "512"))}
+_COMPILES = {"n": 0}
+_COUNT_LOCK = threading.Lock()
+_THREAD = threading.local()  # this thread's compiles and their seconds, for `run`'s figures
+
+
+def _on_event_duration(event: str, duration: float, **_) -> None:
+    if event != BACKEND_COMPILE_EVENT:
+        return
+    with _COUNT_LOCK:
+        _COMPILES["n"] += 1
+    _THREAD.n = getattr(_THREAD, "n", 0) + 1
+    _THREAD.seconds = getattr(_THREAD, "seconds", 0.0) + duration
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_event_duration)
 
 
 def compile_count() -> int:
-    """Returns how many kernels the inspector has compiled in this process."""
-    return _STATS["compiles"]
+    """Returns how many XLA compilations this process has made since the inspector was imported.
+
+    Counted from JAX's own backend-compile events, so it includes every compilation an op
+    causes (its kernels, and e.g. the zero-filled output buffer of a packed op), not only the
+    inspector's cached kernels; it also counts what other code in the process compiles. Take
+    the difference around a call to see what that call compiled.
+    """
+    with _COUNT_LOCK:
+        return _COMPILES["n"]
+
+
+def thread_compiles() -> tuple[int, float]:
+    """Returns `(compilations, their seconds)` made so far by the calling thread."""
+    return getattr(_THREAD, "n", 0), getattr(_THREAD, "seconds", 0.0)
 
 
 def clear_cache() -> None:
     """Forgets every compiled kernel (the next call of each op compiles again)."""
     with _LOCK:
         _CACHE.clear()
+
+
+def set_cache_limit(kernels: int) -> int:
+    """Sets how many compiled kernels the cache keeps (least recently used go first); returns
+    the previous limit. The default is 512, or `$INSPECTOR_KERNEL_CACHE_SIZE`.
+
+    Raises:
+        InspectorError: `kernels` is less than 1.
+    """
+    if not isinstance(kernels, int) or kernels < 1:
+        raise InspectorError(f"The kernel cache needs room for at least 1 kernel, got {kernels!r}.")
+    with _LOCK:
+        previous, _LIMIT["kernels"] = _LIMIT["kernels"], kernels
+        _evict()
+    return previous
+
+
+def cached_kernels() -> int:
+    """Returns how many compiled kernels the cache holds now."""
+    return len(_CACHE)
+
+
+def _evict() -> None:
+    while len(_CACHE) > _LIMIT["kernels"]:
+        _CACHE.popitem(last=False)
 
 
 @dataclass
@@ -194,12 +254,10 @@ def _abstract(arg, target):
 
 def _compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
     key = (call.key, device, call.shardings, call.out_shardings)
-    compiled = _CACHE.get(key)
-    if compiled is not None:
-        return compiled, False
     with _LOCK:
         compiled = _CACHE.get(key)
         if compiled is not None:
+            _CACHE.move_to_end(key)
             return compiled, False
         abstract = [_abstract(a, call.target(i, device)) for i, a in enumerate(call.args)]
         jitted = jax.jit(call.make(), donate_argnums=call.donate, keep_unused=True,
@@ -207,5 +265,5 @@ def _compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
                             else {"out_shardings": call.out_shardings}))
         compiled = jitted.lower(*abstract).compile()
         _CACHE[key] = compiled
-        _STATS["compiles"] += 1
+        _evict()
         return compiled, True

@@ -14,7 +14,7 @@ from inspector.core.devices import device_name, devices, resolve_device
 from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
 from inspector.core.op import Op, block, op_of, run_once
-from inspector.core.plan import Call, Plan
+from inspector.core.plan import Call, Plan, thread_compiles
 
 __all__ = ["RunResult", "as_op", "block", "devices", "resolve_device", "run", "run_once"]
 
@@ -27,8 +27,10 @@ class RunResult:
         op: the op's name.
         result: the result tree (or packed tree).
         device: where the result lives (`cpu:0`).
-        compile_seconds: time spent compiling kernels now (0.0 when all came from the cache).
-        n_compiled: kernels compiled by this run (0 when the cache had them all).
+        compile_seconds: time spent compiling now: the op's kernels, plus XLA's time for any
+            other compilation the run caused (0.0 when nothing compiled).
+        n_compiled: XLA compilations this run caused, counted from JAX's backend-compile
+            events: the op's kernels and anything else (0 when all came from the caches).
         n_kernels: kernel calls per execution.
         place_seconds: time to move the inputs onto the device (not in the timed runs).
         read_seconds: time to read lazy (checkpoint) leaves and move every input onto the
@@ -104,8 +106,11 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     if repeats < 1:
         raise InspectorError(f"repeats must be at least 1, got {repeats}.")
     device = resolve_device(device)
+    n_start, seconds_start = thread_compiles()
     plan = as_op(op).plan(*args, device=device, **kwargs)
-    compile_seconds, n_compiled = plan.compile()
+    n_before, seconds_before = thread_compiles()
+    kernel_seconds, _ = plan.compile()
+    n_after, seconds_after = thread_compiles()
     read_start = time.perf_counter()
     for call in plan.calls:  # read lazy leaves once here, not inside every timed repeat
         call.args = [a.read() if isinstance(a, LazyArray) else a for a in call.args]
@@ -114,6 +119,11 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     result = None
     for _ in range(warmup):
         result = block(plan.execute())
+    n_end, seconds_end = thread_compiles()
+    # Compiles outside `plan.compile` (while planning, placing, warming up) add XLA's own time.
+    other_seconds = (seconds_end - seconds_start) - (seconds_after - seconds_before)
+    n_compiled = n_end - n_start
+    compile_seconds = kernel_seconds + (other_seconds if n_compiled else 0.0)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -99,13 +99,10 @@ class SetupError(inspector.InspectorError):
 
 
 def run_weights(values) -> list:
-    """Weights as the core should see them: integral values as `int` (so int32 trees stay
-    int32, as in S1), others as `float`, rounded to 6 decimals (slider steps drift)."""
-    out = []
-    for v in values:
-        v = round(float(v), 6)
-        out.append(int(v) if v.is_integer() else v)
-    return out
+    """Weights as the core should see them, exactly as typed: integers stay `int` (so int32
+    trees stay int32, as in S1), anything else is the `float` it is, unrounded (an SGD step of
+    `-1e-7` is `-1e-7`); `1.0` is a float, so int32 trees weighted by it give float32."""
+    return [int(v) if isinstance(v, int | np.integer) else float(v) for v in values]
 
 
 def _trees(loaded: dict, names) -> list:

@@ -17,7 +17,7 @@ def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str,
     if rr.n_compiled == 0:
         compiled = "cached, no compile"
     else:
-        compiled = f"{ms(rr.compile_seconds)} ({plural(rr.n_compiled, 'kernel')} compiled)"
+        compiled = f"{ms(rr.compile_seconds)} ({plural(rr.n_compiled, 'XLA compilation')})"
     lines = [
         ("compile", compiled),
         (f"run (median of {len(rr.times)})",

@@ -65,6 +65,45 @@ def test_float_weights_give_float32_and_the_preview_says_so_first(state):
     np.testing.assert_allclose(leaf, [[2.75, 2.0], [3.25, 4.0]])  # t1/2 + t2/4 + t3/4
 
 
+def test_an_sgd_step_of_1e_minus_7_is_exact_and_the_snippet_repeats_it():
+    from inspector.ui.code_snippet import state_snippet
+    from inspector.ui.state import InspectorState
+
+    rng = np.random.default_rng(7)
+    params = {"w": (rng.normal(size=(3, 50)) * 1e-6).astype(np.float32),
+              "b": (rng.normal(size=50) * 1e-6).astype(np.float32)}
+    grads = {"w": rng.normal(size=(3, 50)).astype(np.float32),
+             "b": rng.normal(size=50).astype(np.float32)}
+    s = InspectorState()
+    s.add_tree("params", params)
+    s.add_tree("grads", grads)
+    s.param.update(op="weighted_sum", ws_names=["params", "grads"], ws_weights=[1, -1e-7])
+    assert "float32 → float32" in s.preview
+    s.param.trigger("run")
+    assert s.error == ""
+    out = s.result.result.unpack()
+    for key in ("w", "b"):
+        ref = params[key].astype(np.float64) - 1e-7 * grads[key].astype(np.float64)
+        got = np.asarray(out[key])
+        assert got.dtype == np.float32
+        # Within float32 rounding of each term (what the float32 computation can promise).
+        bound = 2 * np.finfo(np.float32).eps * (np.abs(params[key]) + 1e-7 * np.abs(grads[key]))
+        assert np.all(np.abs(got - ref) <= bound)
+        assert np.abs(got - params[key]).min() > 0  # the step moved every value
+    assert "inspector.weighted_sum([params, grads], [1, -1e-07])" in state_snippet(s)
+    assert "-1e-07" in str(s.history[-1])
+
+
+def test_integral_floats_stay_floats_and_typed_integers_stay_integers(state):
+    assert "int32 → int32" in state.preview  # S1's weights, typed as integers: [1, 2, 3]
+    state.ws_weights = [1.0, 2.0, 4.0]
+    assert "int32 → float32" in state.preview
+    state.param.trigger("run")
+    assert state.result.result.unpack()[0][0].dtype == np.float32
+    state.ws_weights = [1, 2, 5]
+    assert "int32 → int32" in state.preview
+
+
 def test_presets_make_the_mean_and_normalise(state):
     state.param.trigger("uniform_weights")
     assert state.ws_weights == pytest.approx([1 / 3] * 3)
