@@ -22,7 +22,6 @@ import math
 import os
 import struct
 import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,7 @@ from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
 from inspector.io.regions import mapped_reader
 from inspector.io.replacing import replacing
-from inspector.io.zip_members import data_offset
+from inspector.io.zip_members import ZIP_ERRORS, data_offset
 
 DTYPES_MEMBER = "__inspector_dtypes__"
 """The npz member (without `.npy`) naming the ml_dtypes dtype of members NumPy cannot type."""
@@ -92,7 +91,7 @@ def load_npz(path: str | os.PathLike) -> dict:
     """
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except ZIP_ERRORS as exc:
         raise file_error(path, f"the zip directory is damaged ({exc})", _RESAVE) from exc
     with archive, open(path, "rb") as f:
         members = [i for i in archive.infolist() if i.filename.endswith(".npy")]
@@ -155,7 +154,7 @@ def _member_leaf(
         try:
             with archive.open(info) as member:
                 header = _read_header(member, path, what)
-        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+        except ZIP_ERRORS as exc:
             raise file_error(path, f"{what} cannot be inflated ({exc})", _RESAVE) from exc
     else:
         f.seek(offset)
@@ -181,7 +180,7 @@ def _inflating_reader(path, member: str, header: NpyHeader, dtype: np.dtype):
             with zipfile.ZipFile(path) as archive, archive.open(member) as f:
                 f.seek(header.size)
                 data = f.read(count * dtype.itemsize)
-        except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as exc:
+        except (*ZIP_ERRORS, KeyError) as exc:
             raise file_error(
                 path,
                 f"member {member!r} cannot be inflated ({type(exc).__name__}: {exc})",
@@ -215,8 +214,7 @@ def _marked_dtypes(archive: zipfile.ZipFile, path, budget: InflateBudget) -> dic
             marked = json.loads(str(np.lib.format.read_array(f, allow_pickle=False)))
         for value in marked.values():
             dtype_from_name(value)
-    except (ValueError, AttributeError, TypeError, zipfile.BadZipFile, zlib.error, EOFError,
-            RecursionError) as exc:  # fmt: skip
+    except (*ZIP_ERRORS, AttributeError, TypeError, RecursionError) as exc:
         raise file_error(
             path, f"the {name} member is not a JSON object of dtype names ({exc})", _RESAVE
         ) from exc

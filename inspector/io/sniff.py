@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 from inspector.io.file_error import file_error
+from inspector.io.zip_members import ZIP_ERRORS
 
 FORMATS = (
     "safetensors",
@@ -141,7 +142,7 @@ def _sniff_zip(path: Path) -> str:
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
-    except (zipfile.BadZipFile, OSError) as exc:
+    except ZIP_ERRORS as exc:
         raise file_error(
             path,
             f"it starts like a zip file (npz or PyTorch) but its zip directory is unreadable "

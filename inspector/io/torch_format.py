@@ -21,7 +21,6 @@ import math
 import os
 import struct
 import zipfile
-import zlib
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ from inspector.io import nesting
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
 from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, scan, unpickle
-from inspector.io.zip_members import data_offset
+from inspector.io.zip_members import ZIP_ERRORS, data_offset
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
@@ -66,7 +65,7 @@ def load_zip(path: str | os.PathLike) -> Any:
     """
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except ZIP_ERRORS as exc:
         raise file_error(path, f"the zip directory is damaged ({exc})", _RESAVE) from exc
     with archive, open(path, "rb") as f:
         names = set(archive.namelist())
@@ -273,7 +272,7 @@ def _tensor(ref: TensorRef, path, region: _Region, keys: tuple) -> LazyArray:
             return np.empty(ref.shape, native)
         try:
             raw = _storage_bytes(path, region, start_byte, available * dtype.itemsize)
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        except (*ZIP_ERRORS, KeyError) as exc:
             raise file_error(
                 path,
                 f"the storage of {source} cannot be read ({type(exc).__name__}: {exc})",

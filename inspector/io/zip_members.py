@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import struct
 import zipfile
+import zlib
 from typing import BinaryIO
+
+ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    OSError,
+    EOFError,
+    ValueError,  # UnicodeDecodeError of a damaged member name included
+    NotImplementedError,  # an unknown zip version or compression method
+    RuntimeError,  # an encrypted member
+    struct.error,
+    zlib.error,
+)
+"""What `zipfile` raises on a damaged or hostile zip (it has no single error of its own)."""
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, (fixed fields), name length, extra length
 
