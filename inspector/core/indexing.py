@@ -8,6 +8,8 @@ leaf's shape first.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +27,7 @@ from inspector.core.errors import (
 from inspector.core.index_parse import format_index, parse_index
 from inspector.core.leaves import leaf_info
 from inspector.core.op import Op, register
-from inspector.core.packed import unpacked
+from inspector.core.packed import PackedTree, unpacked
 from inspector.core.plan import Call, Plan
 
 _ATOMS = (int, np.integer, slice, type(Ellipsis), str)
@@ -202,7 +204,10 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     device = resolve_device(device)
     pairs: list = []
     mismatches: list[str] = []
-    source = unpacked(tree)
+    # A packed tree with leading buffer axes is validated on its structure (no leaf sliced);
+    # an index on those axes alone is then one kernel per dtype (`_packed_plan`).
+    packed = tree if isinstance(tree, PackedTree) and tree.layout.lead else None
+    source = packed.structure() if packed else unpacked(tree)
     nodes.flatten(source)  # a cyclic or too deep tree fails here, with its key path
     try:
         _pair(index_tree, source, "", pairs, mismatches)
@@ -232,7 +237,8 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     leaf_slots: dict[str, int | None] = {}  # leaf path -> position in calls (None: unchanged)
     problems, kinds = [], set()
     read = written = 0
-    for path, idx, subtree in pairs:
+    found: dict[str, tuple] = {}  # leaf path -> (pattern, starts, which pair)
+    for pair_id, (path, idx, subtree) in enumerate(pairs):
         idx = parsed.get(path, idx)
         for leaf_path, leaf in nodes.flatten(subtree, with_path=True)[0]:
             full = path + jax.tree_util.keystr(leaf_path)
@@ -246,7 +252,8 @@ def plan_index(tree, index_tree, device=None) -> Plan:
                 kinds.add(type(e))
                 problems.append(f"{full}: {e}")
                 continue
-            if all(p[0] == "f" for p in pattern):
+            found[full] = (pattern, starts, pair_id)
+            if packed or all(p[0] == "f" for p in pattern):
                 leaf_slots[full] = None
                 continue
             array = leaf if hasattr(leaf, "shape") else np.asarray(leaf, dtype=dtype)
@@ -272,6 +279,10 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             + bullet_list(problems)
             + "\nFix those indices (JAX would clamp them silently), or use ':' to keep a leaf."
         )
+    if packed:
+        plan = _packed_plan(packed, found, len(pairs), device)
+        # An index reaching inside the leaves (or kept whole in places) goes leaf by leaf.
+        return plan if plan is not None else plan_index(packed.unpack(), index_tree, device)
 
     def assemble(outputs):
         def pick(path, leaf):
@@ -281,6 +292,69 @@ def plan_index(tree, index_tree, device=None) -> Plan:
         return jax.tree_util.tree_map_with_path(pick, source)
 
     return Plan("index", device, calls, assemble, read, written)
+
+
+def _packed_plan(tree: PackedTree, found: dict, n_pairs: int, device) -> Plan | None:
+    """One kernel per dtype for an index on the leading buffer axes only; None otherwise.
+
+    Each index-tree entry covers a subtree, whose leaves are one contiguous range of each
+    dtype's buffer: the kernel indexes each range's leading axes with its own (traced) starts
+    and concatenates them. Needs every leaf indexed alike on the leading axes (same static
+    pattern) and left whole beyond them.
+    """
+    layout, lead = tree.layout, tree.layout.lead
+    paths = [jax.tree_util.keystr(p)
+             for p, _ in jax.tree_util.tree_flatten_with_path(tree.structure())[0]]
+    entries = [found.get(p) for p in paths]
+    if not entries or any(e is None for e in entries):
+        return None
+    lead_pattern = entries[0][0][: len(lead)]
+    for pattern, _, _ in entries:
+        if pattern[: len(lead)] != lead_pattern or any(p[0] != "f" for p in pattern[len(lead):]):
+            return None
+    if any(p[0] == "n" for p in lead_pattern):
+        return None
+    n_starts = sum(1 for p in lead_pattern if p[0] in "is")
+    starts = np.zeros((n_pairs, max(n_starts, 1)), np.int32)
+    for _, st, pair_id in entries:
+        starts[pair_id, : len(st)] = st
+    new_lead = tuple(n if p[0] == "f" else p[1] for n, p in zip(lead, lead_pattern, strict=True)
+                     if p[0] != "i")
+    ranges: dict[str, list] = {g: [] for g in layout.sizes}
+    for slot, (_, _, pair_id) in zip(layout.slots, entries, strict=True):
+        runs = ranges[slot.group]
+        if runs and runs[-1][2] == pair_id and runs[-1][1] == slot.offset:
+            runs[-1] = (runs[-1][0], slot.offset + slot.size, pair_id)
+        else:
+            runs.append((slot.offset, slot.offset + slot.size, pair_id))
+    calls, nbytes = [], 0
+    for group, size in layout.sizes.items():
+        buf = tree.buffers[group]
+        dt = jax.dtypes.canonicalize_dtype(buf.dtype)
+        out = jnp.zeros((*new_lead, size), dt, device=device)
+        runs = tuple(ranges[group])
+        key = ("index_packed", tuple(buf.shape), str(dt), lead_pattern, runs, starts.shape)
+        calls.append(Call(key, lambda runs=runs: _packed_kernel(lead_pattern, runs),
+                          [out, buf, starts], donate=(0,), carry=True))
+        nbytes += math.prod(out.shape) * np.dtype(dt).itemsize
+    groups, result = list(layout.sizes), layout.with_lead(new_lead)
+
+    def assemble(outputs):
+        buffers = dict(zip(groups, outputs, strict=True))
+        return PackedTree(result, buffers).with_dtypes(buffers)
+
+    return Plan("index", device, calls, assemble, nbytes, nbytes)
+
+
+def _packed_kernel(lead_pattern, runs):
+    index_one = _index_kernel((*lead_pattern, ("f",)))
+
+    def kernel(out, buf, starts):
+        del out  # donated: the result is written into it
+        pieces = [index_one(buf[..., a:b], starts[pair_id]) for a, b, pair_id in runs]
+        return pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
+
+    return kernel
 
 
 INDEX = Op("index", plan_index)

@@ -16,13 +16,14 @@ import jax
 import numpy as np
 
 from inspector.core import nodes
-from inspector.core.errors import UnsupportedLeafError, bullet_list
+from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
 from inspector.core.leaves import dtype_name, leaf_info
 
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """Where one leaf lives: `buffers[group][offset : offset + size]`, reshaped to `shape`.
+    """Where one leaf lives: `buffers[group][..., offset : offset + size]`, reshaped to
+    `lead + shape` (`lead`: the layout's leading dimensions, shared by every leaf).
 
     `pack` names each buffer (group) after its dtype; an op's result keeps its inputs' group
     names even where the dtype changes (int32 leaves with float weights become float32).
@@ -40,7 +41,13 @@ class Slot:
 
 @dataclass(frozen=True, eq=False)
 class Layout:
-    """A packed tree's structure: its treedef, one `Slot` per leaf and each group's length.
+    """A packed tree's structure: its treedef, one `Slot` per leaf, each group's length, and
+    the leading dimensions `lead` every leaf shares.
+
+    Buffers have shape `lead + (size,)`. With `lead == ()` (what `pack` makes) each leaf is a
+    contiguous run of its buffer. A stacked tree (`stack` of packed trees, or
+    `pack(tree, lead_dims=1)`) keeps its model axis as the buffers' leading axis, so stack,
+    unstack and an index on that axis are each one kernel per dtype, whatever the leaf count.
 
     Hashable and cheap to compare (the hash is computed once), because it is part of every
     compile-cache key.
@@ -49,17 +56,24 @@ class Layout:
     treedef: jax.tree_util.PyTreeDef
     slots: tuple[Slot, ...]
     sizes: dict[str, int] = field(hash=False)
+    lead: tuple[int, ...] = ()
 
     @cached_property
     def _key(self):
-        return (self.treedef, self.slots)
+        return (self.treedef, self.slots, self.lead)
 
     @cached_property
     def structure(self):
         """The tree with a `jax.ShapeDtypeStruct` per leaf; built once, shared by every packed
         tree of this layout (describe and diff of 100k-leaf trees would rebuild it each time)."""
-        specs = [jax.ShapeDtypeStruct(s.shape, np.dtype(s.dtype)) for s in self.slots]
+        specs = [jax.ShapeDtypeStruct(self.lead + s.shape, np.dtype(s.dtype)) for s in self.slots]
         return self.treedef.unflatten(specs)
+
+    def with_lead(self, lead: tuple[int, ...], dtypes: dict | None = None) -> Layout:
+        """This layout with other leading dimensions (and group dtypes, if given)."""
+        slots = self.slots if not dtypes else tuple(
+            Slot(s.group, dtypes[s.group], s.shape, s.offset) for s in self.slots)
+        return Layout(self.treedef, slots, self.sizes, tuple(lead))
 
     @cached_property
     def _hash(self) -> int:
@@ -132,21 +146,23 @@ class PackedTree:
         [0.0, 1.0, 2.0]
         """
         s = self.layout.slots[n]
+        lead = self.layout.lead
         buf = _host_view(self.buffers[s.group])
         if buf is not None:
-            return buf[s.offset : s.offset + s.size].reshape(s.shape)
-        return _take(self.buffers[s.group], s.offset, s.shape)
+            return buf[..., s.offset : s.offset + s.size].reshape(lead + s.shape)
+        return _take(self.buffers[s.group], s.offset, lead, s.shape)
 
     def leaves(self) -> list:
         """Returns the leaves: views into the buffers (host) or JAX arrays sliced on device."""
         host = {k: _host_view(b) for k, b in self.buffers.items()}
+        lead = self.layout.lead
         out = []
         for s in self.layout.slots:
             buf = host[s.group]
             if buf is not None:
-                out.append(buf[s.offset : s.offset + s.size].reshape(s.shape))
+                out.append(buf[..., s.offset : s.offset + s.size].reshape(lead + s.shape))
             else:
-                out.append(_take(self.buffers[s.group], s.offset, s.shape))
+                out.append(_take(self.buffers[s.group], s.offset, lead, s.shape))
         return out
 
     def with_dtypes(self, buffers: dict) -> PackedTree:
@@ -154,8 +170,7 @@ class PackedTree:
         dtypes = {g: dtype_name(b.dtype) for g, b in buffers.items()}
         if all(dtypes[s.group] == s.dtype for s in self.layout.slots):
             return PackedTree(self.layout, buffers)
-        slots = tuple(Slot(s.group, dtypes[s.group], s.shape, s.offset) for s in self.layout.slots)
-        return PackedTree(Layout(self.layout.treedef, slots, self.layout.sizes), buffers)
+        return PackedTree(self.layout.with_lead(self.layout.lead, dtypes), buffers)
 
     def unpack(self):
         """Returns the pytree, with leaves as views into the buffers where possible."""
@@ -202,23 +217,34 @@ def _host_view(buf):
 
 @partial(jax.jit, static_argnames="size")
 def _dynamic_take(buf, offset, size: int):
-    return jax.lax.dynamic_slice_in_dim(buf, offset, size)
+    return jax.lax.dynamic_slice_in_dim(buf, offset, size, axis=buf.ndim - 1)
 
 
-def _take(buf, offset: int, shape: tuple[int, ...]):
+def _take(buf, offset: int, lead: tuple[int, ...], shape: tuple[int, ...]):
     # The offset is traced: one compile per distinct leaf size, not one per leaf.
-    return _dynamic_take(buf, np.int32(offset), math.prod(shape)).reshape(shape)
+    return _dynamic_take(buf, np.int32(offset), math.prod(shape)).reshape(lead + shape)
 
 
-def pack(tree) -> PackedTree:
+def pack(tree, lead_dims: int = 0) -> PackedTree:
     """Returns `tree` packed into one flat host buffer per dtype.
 
     Every leaf must be an array (NumPy, JAX, lazy) or a Python number; lazy leaves are read
     one at a time straight into their slot, so packing a checkpoint holds one copy of it.
 
+    Args:
+        tree: the pytree (a packed tree is returned as it is).
+        lead_dims: how many leading dimensions every leaf shares and the buffers keep as
+            their own (1 for a stacked ensemble: then `unstack` and an index on the model
+            axis are one kernel per dtype). 0 packs each leaf contiguously.
+
     Raises:
         UnsupportedLeafError: some leaves are not arrays; every such key path is listed.
         TreeDepthError: the tree contains itself or nests too deep.
+        StructureMismatchError: `lead_dims > 0` and the leaves do not share those dimensions.
+
+    >>> p = pack({"a": np.zeros((2, 3)), "b": np.ones((2,))}, lead_dims=1)
+    >>> p.layout.lead, p.buffers["float64"].shape, p.unpack()["b"].tolist()
+    ((2,), (2, 4), [1.0, 1.0])
     """
     if isinstance(tree, PackedTree):
         return tree
@@ -232,13 +258,32 @@ def pack(tree) -> PackedTree:
             + bullet_list(f"{paths[i]}: {type(leaves[i]).__name__}" for i in bad)
             + "\nReplace them with arrays, or drop them from the tree (None is allowed)."
         )
+    lead = _common_lead(tree, [shape for shape, *_ in infos], lead_dims)
     sizes: dict[str, int] = {}
     slots = []
     for shape, dtype, _, _ in infos:
         offset = sizes.get(dtype, 0)
-        slots.append(Slot(dtype, dtype, shape, offset))
-        sizes[dtype] = offset + math.prod(shape)
-    buffers = {d: np.empty(n, dtype=np.dtype(d)) for d, n in sizes.items()}
+        slots.append(Slot(dtype, dtype, shape[len(lead):], offset))
+        sizes[dtype] = offset + math.prod(shape[len(lead):])
+    buffers = {d: np.empty(lead + (n,), dtype=np.dtype(d)) for d, n in sizes.items()}
     for leaf, slot in zip(leaves, slots, strict=True):
-        buffers[slot.group][slot.offset : slot.offset + slot.size] = np.asarray(leaf).reshape(-1)
-    return PackedTree(Layout(treedef, tuple(slots), sizes), buffers)
+        buffers[slot.group][..., slot.offset : slot.offset + slot.size] = \
+            np.asarray(leaf).reshape(lead + (slot.size,))
+    return PackedTree(Layout(treedef, tuple(slots), sizes, lead), buffers)
+
+
+def _common_lead(tree, shapes: list, lead_dims: int) -> tuple[int, ...]:
+    """The `lead_dims` leading dimensions every leaf shares, or a StructureMismatchError."""
+    if lead_dims == 0 or not shapes:
+        return ()
+    leads = [tuple(s[:lead_dims]) if len(s) >= lead_dims else None for s in shapes]
+    common = max(set(leads) - {None}, key=leads.count, default=None)
+    bad = [i for i, lead in enumerate(leads) if lead != common]
+    if bad or common is None:
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+        raise StructureMismatchError(
+            f"Cannot pack the tree with {lead_dims} leading dimension(s): {len(bad)} leaves do "
+            f"not start with {common}.\n"
+            + bullet_list(f"{paths[i]}: shape {shapes[i]}" for i in bad)
+            + "\nPack with lead_dims=0, or fix those leaves' shapes.")
+    return common

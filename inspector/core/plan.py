@@ -111,8 +111,9 @@ class Call:
         args: the arguments: arrays (placed on the device by `Plan.place`) or lazy leaves
             (read and placed when the call executes, so big checkpoints stream).
         donate: positions of args whose buffers the kernel may reuse for its output.
-        carry: when true, output 0 replaces args[0] after each execution, so a donated
-            output buffer is reused from one timed run to the next (no fresh page faults).
+        carry: when true, the output replaces args[0] after each execution (a tuple of n
+            outputs replaces args[:n]), so donated output buffers are reused from one timed
+            run to the next (no fresh page faults).
         shardings: where each arg goes when the inputs are sharded over a mesh (one
             `jax.sharding.Sharding` per arg); None places every arg on the plan's device.
         out_shardings: the kernel's output shardings (as `jax.jit` takes them) when the
@@ -213,7 +214,10 @@ class Plan:
             if lazy:
                 streaming.append(out)
             if call.carry:
-                call.args[0] = out
+                if isinstance(out, tuple | list):
+                    call.args[: len(out)] = out
+                else:
+                    call.args[0] = out
             outputs.append(out)
         return self.assemble(outputs)
 

@@ -17,6 +17,7 @@ from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, StructureMismatchError, bullet_list
 from inspector.core.leaves import leaf_info
 from inspector.core.op import Op, register
+from inspector.core.packed import PackedTree, same_layout
 from inspector.core.plan import Call, Plan
 
 
@@ -29,6 +30,64 @@ def _unstack_kernel(k: int):
         return tuple(x[i] for i in range(k))
 
     return kernel
+
+
+def _stack_donated(out, *xs):
+    del out  # donated: XLA writes the stacked buffer into it instead of fresh pages
+    return jnp.stack(xs)
+
+
+def _unstack_donated(k: int):
+    def kernel(*args):
+        x = args[k]  # args[:k] are the donated output buffers
+        return tuple(x[i] for i in range(k))
+
+    return kernel
+
+
+def _out_buffer(shape, dtype, device):
+    return jnp.zeros(shape, jax.dtypes.canonicalize_dtype(dtype), device=device)
+
+
+def _plan_stack_packed(trees: list[PackedTree], device) -> Plan:
+    """Stacks packed trees of one layout: one kernel per dtype, buffers `(K, *lead, size)`."""
+    layout, k = trees[0].layout, len(trees)
+    calls, nbytes = [], 0
+    for group in layout.sizes:
+        buf = trees[0].buffers[group]
+        shape = (k, *buf.shape)
+        key = ("stack_packed", k, tuple(buf.shape), str(buf.dtype))
+        args = [_out_buffer(shape, buf.dtype, device), *(t.buffers[group] for t in trees)]
+        calls.append(Call(key, lambda: _stack_donated, args, donate=(0,), carry=True))
+        nbytes += math.prod(shape) * np.dtype(buf.dtype).itemsize
+    groups, stacked = list(layout.sizes), layout.with_lead((k, *layout.lead))
+
+    def assemble(outputs):
+        buffers = dict(zip(groups, outputs, strict=True))
+        return PackedTree(stacked, buffers).with_dtypes(buffers)
+
+    return Plan("stack", device, calls, assemble, nbytes, nbytes)
+
+
+def _plan_unstack_packed(tree: PackedTree, device) -> Plan:
+    """Splits a packed tree along its leading buffer axis: one kernel per dtype."""
+    layout = tree.layout
+    k = layout.lead[0]
+    calls, nbytes = [], 0
+    for group in layout.sizes:
+        buf = tree.buffers[group]
+        outs = [_out_buffer(buf.shape[1:], buf.dtype, device) for _ in range(k)]
+        key = ("unstack_packed", k, tuple(buf.shape), str(buf.dtype))
+        calls.append(Call(key, lambda k=k: _unstack_donated(k), [*outs, buf],
+                          donate=tuple(range(k)), carry=True))
+        nbytes += math.prod(buf.shape) * np.dtype(buf.dtype).itemsize
+    groups, inner = list(layout.sizes), layout.with_lead(layout.lead[1:])
+
+    def assemble(outputs):
+        parts = [{g: out[i] for g, out in zip(groups, outputs, strict=True)} for i in range(k)]
+        return [PackedTree(inner, part).with_dtypes(part) for part in parts]
+
+    return Plan("unstack", device, calls, assemble, nbytes, nbytes)
 
 
 def plan_stack(trees, device=None) -> Plan:
@@ -45,6 +104,8 @@ def plan_stack(trees, device=None) -> Plan:
     validate.check_same_structure(trees, action)
     placement.check_one_mesh(trees, action)
     device = resolve_device(device)
+    if same_layout(trees):
+        return _plan_stack_packed(trees, device)
     flat = [validate.flatten(t) for t in trees]
     treedef = flat[0][1]
     columns = [validate.check_array_leaves(t, leaves, action)
@@ -73,6 +134,8 @@ def plan_unstack(tree, device=None) -> Plan:
             such key path is listed with its shape.
     """
     device = resolve_device(device)
+    if isinstance(tree, PackedTree) and tree.layout.lead and tree.n_leaves:
+        return _plan_unstack_packed(tree, device)
     leaves, treedef = validate.flatten(tree)
     action = "Cannot unstack the tree"
     leaves = validate.check_array_leaves(tree, leaves, action)
@@ -139,6 +202,9 @@ def stack(trees, device=None):
 
     `stack([t0, t1, t2])` has leaves `jnp.stack([t0_leaf, t1_leaf, t2_leaf])`: a list of K model
     parameter trees becomes the struct-of-arrays that `jax.vmap(..., in_axes=0)` maps over.
+    Packed trees of one layout stack in one kernel per dtype into a packed tree whose buffers
+    keep the new axis first (`layout.lead`), so `unstack` and `index(stacked, i)` of it are
+    one kernel per dtype too.
 
     Raises:
         StructureMismatchError: the trees differ; every differing key path is listed with the
@@ -153,6 +219,9 @@ def stack(trees, device=None):
 
 def unstack(tree, device=None) -> list:
     """Returns the list of trees that `stack` would turn into `tree` (its exact inverse).
+
+    A packed tree with leading buffer dimensions (`stack` of packed trees, or
+    `pack(tree, lead_dims=1)`) splits in one kernel per dtype into packed trees.
 
     Raises:
         StructureMismatchError: some leaves lack a leading axis or differ in its size.

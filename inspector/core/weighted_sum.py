@@ -16,7 +16,7 @@ from inspector.core import placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.op import Op, register
-from inspector.core.packed import Layout, PackedTree
+from inspector.core.packed import Layout, same_layout
 from inspector.core.plan import Call, Plan
 
 
@@ -112,7 +112,7 @@ def plan_weighted_sum(trees, weights, device=None) -> Plan:
     placement.check_one_mesh(trees, action)
     device = resolve_device(device)
     integral = _integral(weights)
-    if all(isinstance(t, PackedTree) for t in trees):
+    if same_layout(trees):
         return _packed_plan(trees, weights, integral, device, action)
     return _leaf_plan(trees, weights, integral, device, action)
 
@@ -177,13 +177,14 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
     k = len(trees)
     calls = []
     read = written = 0
-    for group, size in layout.sizes.items():
+    for group in layout.sizes:
         dtype = trees[0].buffers[group].dtype
         acc, out, _ = _dtypes(np.dtype(dtype), integral)
         buffers = [t.buffers[group] for t in trees]
         sharding = placement.first(buffers)
-        buffer = jnp.zeros((size,), out, device=device if sharding is None else sharding)
-        key = ("weighted_sum_packed", k, size, str(dtype), str(acc), str(out))
+        shape = tuple(buffers[0].shape)  # layout.lead + (size,)
+        buffer = jnp.zeros(shape, out, device=device if sharding is None else sharding)
+        key = ("weighted_sum_packed", k, shape, str(dtype), str(acc), str(out))
         weights_array = _weight_array(weights, integral, dtype)
         args = [buffer, weights_array, *buffers]
         call = Call(key, lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out), args,
@@ -193,8 +194,8 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
                               *placement.like(sharding, buffers))
             call.out_shardings = sharding
         calls.append(call)
-        read += k * size * np.dtype(dtype).itemsize
-        written += size * out.itemsize
+        read += k * math.prod(shape) * np.dtype(dtype).itemsize
+        written += math.prod(shape) * out.itemsize
     groups = list(layout.sizes)
 
     def assemble(outputs):

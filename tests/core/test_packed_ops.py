@@ -1,0 +1,150 @@
+"""Stack, unstack and index on packed trees: one kernel per dtype, values as NumPy float64."""
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import inspector
+from inspector import PackedTree, StructureMismatchError, format_index
+
+DTYPES = [np.float32, np.int32, ml_dtypes.bfloat16, np.float16, np.uint8]
+
+
+def make_trees(k, shapes, dtypes, seed):
+    rng = np.random.default_rng(seed)
+
+    def leaf(shape, dtype):
+        return (rng.normal(size=shape) * 50).astype(dtype)
+
+    return [{"emb": leaf(shapes[0], dtypes[0]),
+             "layers": [{"w": leaf(s, d)} for s, d in zip(shapes[1:], dtypes[1:], strict=True)],
+             "none": None} for _ in range(k)]
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def leaves(tree):
+    return jax.tree.leaves(tree.unpack() if isinstance(tree, PackedTree) else tree)
+
+
+_SHAPES = st.lists(st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple),
+                   min_size=2, max_size=4)
+
+
+@pytest.mark.slow  # each example compiles its own kernels
+@settings(max_examples=10, deadline=None)
+@given(k=st.integers(1, 4), shapes=_SHAPES, seed=st.integers(0, 99),
+       dtype_ids=st.lists(st.integers(0, len(DTYPES) - 1), min_size=4, max_size=4))
+def test_stack_and_unstack_of_packed_trees_match_numpy(k, shapes, seed, dtype_ids):
+    dtypes = [DTYPES[i] for i in dtype_ids[: len(shapes)]]
+    trees = make_trees(k, shapes, dtypes, seed)
+    stacked = inspector.stack([inspector.pack(t) for t in trees])
+    assert isinstance(stacked, PackedTree) and stacked.layout.lead == (k,)
+    assert len(stacked.buffers) == len({np.dtype(d).name for d in dtypes})  # one per dtype
+    per_tree = [jax.tree.leaves(t) for t in trees]
+    for i, got in enumerate(leaves(stacked)):
+        want = np.stack([f64(col[i]) for col in per_tree])
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(f64(got), want)
+    assert [(r.path, r.shape, r.dtype) for r in inspector.describe(stacked)] == [
+        (r.path, r.shape, r.dtype) for r in inspector.describe(inspector.stack(trees))]
+    back = inspector.unstack(stacked)
+    assert len(back) == k and all(isinstance(t, PackedTree) and t.layout.lead == () for t in back)
+    for tree, got in zip(trees, back, strict=True):
+        for a, b in zip(jax.tree.leaves(tree), leaves(got), strict=True):
+            assert b.shape == a.shape
+            np.testing.assert_array_equal(f64(b), f64(a))
+
+
+_LEAD_ENTRY = st.one_of(
+    st.integers(-4, 3),
+    st.builds(slice, st.none() | st.integers(-5, 5), st.none() | st.integers(-5, 5),
+              st.none() | st.sampled_from([-2, -1, 1, 2])),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None)
+@given(k=st.integers(1, 4), shapes=_SHAPES, seed=st.integers(0, 99),
+       entries=st.lists(_LEAD_ENTRY, min_size=3, max_size=3), per_subtree=st.booleans(),
+       dtype_ids=st.lists(st.integers(0, len(DTYPES) - 1), min_size=4, max_size=4))
+def test_index_of_a_packed_stack_matches_numpy(k, shapes, seed, entries, per_subtree, dtype_ids):
+    dtypes = [DTYPES[i] for i in dtype_ids[: len(shapes)]]
+    trees = make_trees(k, shapes, dtypes, seed)
+    stacked = inspector.stack([inspector.pack(t) for t in trees])
+    plain = jax.tree.map(lambda *xs: np.stack(xs), *trees)
+    if per_subtree:  # the same kind of entry (int or slice) everywhere, each its own value
+        kinds = {type(e) for e in entries}
+        if len(kinds) > 1:
+            entries = [entries[0]] * 3
+        index_tree = {"emb": format_index(entries[0]),
+                      "layers": [entries[1 + i % 2] for i in range(len(shapes) - 1)],
+                      "none": None}
+        per_leaf = [entries[0]] + [entries[1 + i % 2] for i in range(len(shapes) - 1)]
+    else:
+        index_tree, per_leaf = entries[0], [entries[0]] * len(shapes)
+    try:
+        want = [f64(x[i]) for x, i in zip(jax.tree.leaves(plain), per_leaf, strict=True)]
+    except IndexError:
+        with pytest.raises(inspector.IndexOutOfRangeError):
+            inspector.index(stacked, index_tree)
+        return
+    out = inspector.index(stacked, index_tree)
+    shapes_out = {w.shape[: w.ndim - len(s)] for w, s in zip(want, shapes, strict=True)}
+    if len(shapes_out) == 1:  # one result lead: stays packed, one kernel per dtype
+        assert isinstance(out, PackedTree)
+    got = leaves(out)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_array_equal(f64(g), w)
+
+
+def test_one_kernel_per_dtype_for_every_packed_op():
+    trees = make_trees(3, [(4, 2), (3,), (2, 2, 2), ()], [np.float32, np.int32, np.float32,
+                                                           ml_dtypes.bfloat16], 0)
+    packed = [inspector.pack(t) for t in trees]
+    stacked = inspector.stack(packed)
+    for op, args in [(inspector.weighted_sum, (packed, [1.0, 2.0, 3.0])),
+                     (inspector.stack, (packed,)), (inspector.unstack, (stacked,)),
+                     (inspector.index, (stacked, 1)),
+                     (inspector.index, (stacked, {"emb": 0, "layers": 2, "none": None})),
+                     (inspector.index, (stacked, {"emb": "0:2", "layers": "1:3", "none": None})),
+                     (inspector.weighted_sum, ([stacked, stacked], [0.5, 0.5]))]:
+        r = inspector.run(op, *args, repeats=2)
+        assert r.n_kernels == 3, (r.op, r.n_kernels)
+
+
+def test_moving_an_index_on_a_packed_stack_does_not_recompile(compiles):
+    trees = make_trees(4, [(4, 2), (3,)], [np.float32, np.float32], 1)
+    stacked = inspector.stack([inspector.pack(t) for t in trees])
+    inspector.index(stacked, {"emb": 0, "layers": 1, "none": None})
+    with compiles() as c:
+        for i in range(4):
+            out = inspector.index(stacked, {"emb": i, "layers": 3 - i, "none": None})
+            np.testing.assert_array_equal(out.unpack()["layers"][0]["w"],
+                                          trees[3 - i]["layers"][0]["w"])
+    assert c.count == 0
+
+
+def test_pack_with_a_leading_axis_and_its_errors():
+    tree = {"a": np.arange(6.0).reshape(2, 3), "b": np.zeros((3, 2))}
+    with pytest.raises(StructureMismatchError, match=r"1 leaves do not start with \(2,\)"
+                       r"[\s\S]*\['b'\]: shape \(3, 2\)"):
+        inspector.pack(tree, lead_dims=1)
+    tree["b"] = np.ones((2, 1))
+    p = inspector.pack(tree, lead_dims=1)
+    a, b = inspector.unstack(p)
+    assert a.unpack()["a"].tolist() == [0.0, 1.0, 2.0] and b.unpack()["b"].tolist() == [1.0]
+
+
+def test_plain_trees_keep_working_beside_packed_ones():
+    trees = make_trees(2, [(3,), (2, 2)], [np.float32, np.float32], 2)
+    mixed = [inspector.pack(trees[0]), trees[1]]
+    out = inspector.stack(mixed)
+    assert not isinstance(out, PackedTree)
+    np.testing.assert_array_equal(out["emb"], np.stack([trees[0]["emb"], trees[1]["emb"]]))
