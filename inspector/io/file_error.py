@@ -16,7 +16,7 @@ def file_error(
     """Returns a `LoadError` saying which file could not be loaded, why, and what to do.
 
     Args:
-        path: the file or directory.
+        path: the file or directory (a path, or a `Location`: a URL shows without credentials).
         problem: what is wrong, as a phrase (`"the header is not valid JSON"`).
         fix: what the user can do about it, if anything.
         details: lines listing every offender (see `inspector.core.errors.bullet_list`).
@@ -28,7 +28,8 @@ def file_error(
     Cannot load m.safetensors: the file is empty.
     Re-save it.
     """
-    message = f"Cannot load {os.fspath(path)}: {problem.rstrip('.')}."
+    name = os.fspath(path) if isinstance(path, str | os.PathLike) else str(path)  # a Location
+    message = f"Cannot load {name}: {problem.rstrip('.')}."
     if details:
         message += f"\n{details}"
     if fix:

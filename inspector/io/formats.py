@@ -19,6 +19,7 @@ from inspector.io import (
     torch_format,
 )
 from inspector.io.file_error import file_error
+from inspector.io.location import ProgressCallback, locate
 from inspector.io.sniff import sniff
 
 LOADERS: dict[str, Callable[[str | os.PathLike], Any]] = {
@@ -48,11 +49,14 @@ _SAVED = "saved"
 
 def load(
     path: str | os.PathLike,
+    storage_options: dict | None = None,
     *,
     root: str | os.PathLike | None = None,
     max_inflate: int | None = None,
     mesh=None,
     specs=_SAVED,
+    timeout: float | None = None,
+    progress: ProgressCallback | None = None,
 ) -> Any:
     """Returns the pytree stored at `path`, whatever its format, with lazy array leaves.
 
@@ -60,8 +64,13 @@ def load(
     shape, dtype and nbytes are known at once; data is read when a leaf is used
     (`np.asarray(leaf)`), and only for the leaves used.
 
+    `path` may be a URL (`https://`, `s3://`, `gs://`, `hf://`, anything fsspec knows; needs
+    `pip install 'pytree-inspector[remote]'`): structure then costs a few small range
+    requests (a safetensors header, an npz's directory, orbax's metadata), and each leaf
+    fetches its own bytes when read.
+
     Args:
-        path: a checkpoint file, or an orbax checkpoint folder.
+        path: a checkpoint file, or an orbax checkpoint folder; a local path or a URL.
         root: a folder every file the checkpoint refers to (the shards of a safetensors
             index, the files of an orbax folder) must resolve inside, links followed; the
             served app passes its root. By default only names that climb out of the
@@ -69,6 +78,12 @@ def load(
         max_inflate: bytes the load may decompress (or fill) in total, checked against the
             sizes the file declares before anything is inflated; by default
             `limits.INFLATE_RATIO` times the file's size, at least `limits.INFLATE_FLOOR`.
+        storage_options: for a URL, options of its fsspec filesystem, e.g.
+            `{"endpoint_url": ..., "key": ..., "secret": ...}` for an S3-compatible store
+            (the provider's usual environment variables work too).
+        timeout: seconds a URL may take to answer before `LoadError` (default 30).
+        progress: called with a `ReadProgress` (bytes done / total, rate) as remote leaves
+            are read.
         mesh: a `jax.sharding.Mesh` (see `inspector.mesh`) to restore the arrays straight
             into, leaf by leaf, instead of returning lazy leaves.
         specs: with `mesh`, the layout as `inspector.shard` takes it (a prefix tree of
@@ -83,7 +98,9 @@ def load(
     Raises:
         LoadError: the path does not exist, is not a format the inspector reads, is damaged,
             refers to files outside its folder (or `root`), or would inflate more than
-            `max_inflate`; the message names the file and the problem.
+            `max_inflate`; a URL cannot be reached (not found, refused, no answer in time,
+            access denied, truncated answer) or its filesystem is not installed. The message
+            names the file (a URL without credentials) and the problem.
         ShardingError: with `mesh`, leaves that do not fit their specs (every one listed).
 
     >>> import tempfile, numpy as np
@@ -92,7 +109,7 @@ def load(
     >>> tree["w"].shape, tree["w"].dtype, np.asarray(tree["w"]).tolist()
     ((2, 2), dtype('float32'), [[1.0, 0.0], [0.0, 1.0]])
     """
-    tree = _read(path, root, max_inflate)
+    tree = _read(locate(path, storage_options, timeout, progress), root, max_inflate)
     if mesh is None:
         return tree
     from inspector.core.sharding import shard

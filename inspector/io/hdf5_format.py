@@ -22,13 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import ML_DTYPE_NAMES, dtype_from_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
+from inspector.io.location import Location, locate
 
 
-def load(path: str | os.PathLike) -> dict:
+def load(path: str | os.PathLike | Location) -> dict:
     """Returns the groups of an HDF5 file as nested dicts, each dataset a `LazyArray`.
 
     Args:
@@ -47,8 +49,14 @@ def load(path: str | os.PathLike) -> dict:
     """
     import h5py
 
+    location = path = locate(path)
+    remote_file = None
     try:
-        fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDONLY)
+        if location.local_path is not None:
+            fid = h5py.h5f.open(os.fsencode(location.local_path), h5py.h5f.ACC_RDONLY)
+        else:  # h5py reads through the file object: its metadata blocks, not the data
+            remote_file = h5py.File(location.open(), "r")
+            fid = remote_file.id
     except OSError as exc:
         raise file_error(
             path,
@@ -60,9 +68,8 @@ def load(path: str | os.PathLike) -> dict:
         # list first, open afterwards: opening datasets inside the visit callback is 3x slower
         h5py.h5o.visit(fid, lambda name, info: found.append((name, info.type)), info=True)
         root: dict[str, Any] = {}
-        source = os.fspath(path)
-        size = os.path.getsize(path)
-        budget = InflateBudget(path, size)
+        size = location.size()
+        budget = InflateBudget(location, size)
         for raw_name, kind in found:
             if raw_name == b".":
                 continue
@@ -75,13 +82,13 @@ def load(path: str | os.PathLike) -> dict:
                 node.setdefault(last, {})
             elif kind == h5py.h5o.TYPE_DATASET:
                 did = h5py.h5d.open(fid, raw_name)
-                _check_storage(h5py, did, path, parts, size, budget)
-                leaf = _dataset(h5py, did, source, "/" + "/".join(parts))
+                _check_storage(h5py, did, location, parts, size, budget)
+                leaf = _dataset(h5py, did, location, "/" + "/".join(parts))
                 if leaf is not None:
                     node[last] = leaf
         return root
     finally:
-        fid.close()
+        (remote_file or fid).close()
 
 
 def _check_storage(h5py, did, path, parts: list[str], size: int, budget: InflateBudget) -> None:
@@ -116,7 +123,7 @@ def _check_storage(h5py, did, path, parts: list[str], size: int, budget: Inflate
         budget.charge(nbytes - stored, f"the dataset {where}")
 
 
-def _dataset(h5py, did, path: str, name: str) -> Any:
+def _dataset(h5py, did, location: Location, name: str) -> Any:
     space = did.get_space()
     if space.get_simple_extent_type() == h5py.h5s.NULL:
         return None
@@ -134,19 +141,31 @@ def _dataset(h5py, did, path: str, name: str) -> Any:
             if wanted.itemsize == stored.itemsize:
                 dtype = wanted
 
-    def read() -> np.ndarray:
-        try:
-            with h5py.File(path, "r") as f:
-                data = np.asarray(f[name][()])
-        except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
-            raise file_error(
-                path,
-                f"the dataset {name} cannot be read ({type(exc).__name__}: {exc})",
-                "The file is damaged or changed after it was opened; save it again.",
-            ) from exc
-        return data if dtype == stored else data.view(dtype)
+    offset = did.get_offset()
+    if location.local_path is None and offset is not None and stored.kind in "biufcV":
+        # contiguous and unfiltered: read its exact byte range, not h5py's small blocks
+        stored_reader = location.array_reader(offset, stored, space.shape)
 
-    return LazyArray(space.shape, dtype, read, source=f"{path}:{name}")
+        def read() -> np.ndarray:
+            data = stored_reader()
+            return data if dtype == stored else data.view(dtype)
+    else:
+
+        def read() -> np.ndarray:
+            try:
+                with h5py.File(location.local_path or location.open(), "r") as f:
+                    data = np.asarray(f[name][()])
+            except InspectorError:
+                raise  # a URL that failed: its own message
+            except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
+                raise file_error(
+                    location,
+                    f"the dataset {name} cannot be read ({type(exc).__name__}: {exc})",
+                    "The file is damaged or changed after it was opened; save it again.",
+                ) from exc
+            return data if dtype == stored else data.view(dtype)
+
+    return LazyArray(space.shape, dtype, read, source=f"{location}:{name}")
 
 
 def _strings(dataset) -> str | np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
-from inspector.io.regions import mapped_reader
+from inspector.io.location import Location, locate
 
 EXT_NDARRAY, EXT_COMPLEX, EXT_NPSCALAR = 1, 2, 3
 CHUNKED = "__msgpack_chunked_array__"
@@ -44,7 +44,7 @@ _FIXEXT = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
 _WIDTH_FORMAT = {1: ">B", 2: ">H", 4: ">I"}
 
 
-def load(path: str | os.PathLike) -> Any:
+def load(path: str | os.PathLike | Location) -> Any:
     """Returns the tree of a flax msgpack file with `LazyArray` leaves (no array data read).
 
     Args:
@@ -58,20 +58,31 @@ def load(path: str | os.PathLike) -> Any:
         LoadError: the msgpack is truncated or malformed, nests deeper than `MAX_DEPTH`, has
             bytes after its end, or an array's payload does not match its shape and dtype.
     """
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise file_error(path, "the file is empty")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            walker = _Walker(data, path)
-            tree = walker.value(0)
-            if walker.pos != size:
-                raise file_error(
-                    path,
-                    f"{size - walker.pos} bytes follow the end of the msgpack data",
-                    "The file is damaged, or is not a flax msgpack checkpoint.",
-                )
+    location = path = locate(path)
+    if location.local_path is None:
+        # msgpack has no index: the walk needs every marker, so a URL is read whole
+        tree = _walk(location.read_all(), location)
+    else:
+        with open(location.local_path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise file_error(path, "the file is empty")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                tree = _walk(data, location)
     return _join_chunks(tree, path)
+
+
+def _walk(data, path) -> Any:
+    if len(data) == 0:
+        raise file_error(path, "the file is empty")
+    walker = _Walker(data, path)
+    tree = walker.value(0)
+    if walker.pos != len(data):
+        raise file_error(
+            path,
+            f"{len(data) - walker.pos} bytes follow the end of the msgpack data",
+            "The file is damaged, or is not a flax msgpack checkpoint.",
+        )
+    return tree
 
 
 class _ArrayRef:
@@ -228,8 +239,8 @@ def _join_chunks(tree: Any, path, keys: tuple = ()) -> Any:
 
 
 def _leaf(ref: _ArrayRef, path, keys: tuple) -> LazyArray:
-    reader = mapped_reader(path, ref.offset, ref.dtype, ref.shape)
-    return LazyArray(ref.shape, ref.dtype, reader, source=f"{os.fspath(path)}:{_keystr(keys)}")
+    reader = path.array_reader(ref.offset, ref.dtype, ref.shape)
+    return LazyArray(ref.shape, ref.dtype, reader, source=f"{path}:{_keystr(keys)}")
 
 
 def _chunked_leaf(node: dict, path, keys: tuple) -> LazyArray:
@@ -253,12 +264,12 @@ def _chunked_leaf(node: dict, path, keys: tuple) -> LazyArray:
             path, f"the chunks of the array at {_keystr(keys)} do not make up its shape {shape}"
         )
     (dtype,) = dtypes
-    readers = [mapped_reader(path, c.offset, c.dtype, c.shape) for c in chunks]
+    readers = [path.array_reader(c.offset, c.dtype, c.shape) for c in chunks]
 
     def read() -> np.ndarray:
         return np.concatenate([r() for r in readers]).reshape(shape)
 
-    return LazyArray(shape, dtype, read, source=f"{os.fspath(path)}:{_keystr(keys)}")
+    return LazyArray(shape, dtype, read, source=f"{path}:{_keystr(keys)}")
 
 
 def _keystr(keys: tuple) -> str:

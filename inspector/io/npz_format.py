@@ -33,7 +33,7 @@ from inspector.io import nesting
 from inspector.io.dtypes import dtype_from_name, ml_dtype_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
-from inspector.io.regions import mapped_reader
+from inspector.io.location import Location, locate
 from inspector.io.replacing import replacing
 from inspector.io.zip_members import ZIP_ERRORS, data_offset
 
@@ -54,11 +54,11 @@ class NpyHeader:
     size: int
 
 
-def load_npy(path: str | os.PathLike) -> LazyArray:
-    """Returns the array of an `.npy` file as one memory-mapped `LazyArray`.
+def load_npy(path: str | os.PathLike | Location) -> LazyArray:
+    """Returns the array of an `.npy` file as one lazily read `LazyArray`.
 
     Args:
-        path: the `.npy` file.
+        path: the `.npy` file (a path, or a `Location`).
 
     Returns:
         The leaf (a bare leaf: an `.npy` holds one array, no keys).
@@ -66,21 +66,25 @@ def load_npy(path: str | os.PathLike) -> LazyArray:
     Raises:
         LoadError: the header is damaged, the dtype needs pickle, or the data is truncated.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        header = _read_header(f, path, "the file")
-    dtype = _dtype(header.descr, path, "the array")
-    _check_size(path, "the array", header, dtype, size)
+    location = locate(path)
+    size = location.size()
+    with location.open() as f:
+        header = _read_header(f, location, "the file")
+    dtype = _dtype(header.descr, location, "the array")
+    _check_size(location, "the array", header, dtype, size)
     order = "F" if header.fortran_order else "C"
-    reader = mapped_reader(path, header.size, dtype, header.shape, order)
-    return LazyArray(header.shape, dtype.newbyteorder("="), reader, source=os.fspath(path))
+    reader = location.array_reader(header.size, dtype, header.shape, order)
+    return LazyArray(header.shape, dtype.newbyteorder("="), reader, source=str(location))
 
 
-def load_npz(path: str | os.PathLike) -> dict:
+def load_npz(path: str | os.PathLike | Location) -> dict:
     """Returns the arrays of an `.npz` file as nested dicts of `LazyArray`.
 
+    Structure costs the zip's central directory and each member's local and `.npy` headers
+    (fetched together, for a URL); stored members' data is read in place when used.
+
     Args:
-        path: the `.npz` file.
+        path: the `.npz` file (a path, or a `Location`).
 
     Returns:
         Nested dicts (member names split on "." and "/"), leaves read on first use.
@@ -89,21 +93,35 @@ def load_npz(path: str | os.PathLike) -> dict:
         LoadError: the zip or a member's `.npy` header is damaged, a member holds an object
             array (which needs pickle), or keys clash when nested.
     """
+    location = locate(path)
+    f = location.open()
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(f)
+    except InspectorError:
+        f.close()
+        raise  # a URL that failed: its own message
     except ZIP_ERRORS as exc:
-        raise file_error(path, f"the zip directory is damaged ({exc})", _RESAVE) from exc
-    with archive, open(path, "rb") as f:
+        f.close()
+        raise file_error(location, f"the zip directory is damaged ({exc})", _RESAVE) from exc
+    with archive, f:
         members = [i for i in archive.infolist() if i.filename.endswith(".npy")]
-        budget = InflateBudget(path, os.path.getsize(path))
-        marked = _marked_dtypes(archive, path, budget)
+        budget = InflateBudget(location, location.size())
+        location.prefetch(f, [_header_span(info) for info in members])
+        marked = _marked_dtypes(archive, location, budget)
         pairs = []
         for info in members:
             key = info.filename[: -len(".npy")]
             if key != DTYPES_MEMBER:
-                leaf = _member_leaf(path, archive, f, info, marked.get(key), budget)
+                leaf = _member_leaf(location, archive, f, info, marked.get(key), budget)
                 pairs.append((key, leaf))
-    return nesting.unflatten(pairs, path, separators=(".", "/"))
+    return nesting.unflatten(pairs, location, separators=(".", "/"))
+
+
+def _header_span(info: zipfile.ZipInfo) -> tuple[int, int]:
+    # local header (30 bytes), name, extra field (as long as the central one, give or take),
+    # then the .npy header: NumPy pads it to a multiple of 64 bytes, usually 128
+    start = info.header_offset
+    return start, start + 30 + len(info.orig_filename.encode()) + len(info.extra) + 64 + 512
 
 
 def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
@@ -166,29 +184,35 @@ def _member_leaf(
     dtype = dtype_from_name(marked) if marked else stored.newbyteorder("=")
     order = "F" if header.fortran_order else "C"
     if offset is not None:
-        reader = mapped_reader(path, offset + header.size, stored, header.shape, order)
+        reader = path.array_reader(offset + header.size, stored, header.shape, order)
     else:
-        reader = _inflating_reader(path, info.filename, header, stored)
-    source = f"{os.fspath(path)}:{key}"
+        reader = _inflating_reader(path, info, header, stored)
+    source = f"{path}:{key}"
     return LazyArray(header.shape, dtype, _viewed_as(reader, dtype) if marked else reader, source)
 
 
-def _inflating_reader(path, member: str, header: NpyHeader, dtype: np.dtype):
+def _inflating_reader(location: Location, info: zipfile.ZipInfo, header: NpyHeader, dtype):
     def read() -> np.ndarray:
         count = math.prod(header.shape)
+        member = info.filename
         try:
-            with zipfile.ZipFile(path) as archive, archive.open(member) as f:
-                f.seek(header.size)
-                data = f.read(count * dtype.itemsize)
+            with location.open() as raw, zipfile.ZipFile(raw) as archive:
+                start, end = _header_span(info)
+                location.prefetch(raw, [(start, end + info.compress_size)])
+                with archive.open(member) as f:
+                    f.seek(header.size)
+                    data = f.read(count * dtype.itemsize)
+        except InspectorError:
+            raise  # a URL that failed: its own message
         except (*ZIP_ERRORS, KeyError) as exc:
             raise file_error(
-                path,
+                location,
                 f"member {member!r} cannot be inflated ({type(exc).__name__}: {exc})",
                 "The file is damaged or changed after it was opened; save it again.",
             ) from exc
         if len(data) != count * dtype.itemsize:
             raise file_error(
-                path,
+                location,
                 f"member {member!r} inflates to {len(data)} bytes of data, its .npy header "
                 f"declares {count * dtype.itemsize}",
                 _RESAVE,

@@ -37,6 +37,7 @@ from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget, confined, current
+from inspector.io.location import LocalFile, Location, locate
 
 MAX_FILES = 1_000_000
 """A checkpoint folder with more entries than this is refused before it is walked further."""
@@ -58,7 +59,7 @@ EMPTY_KINDS = {
 _SEQUENCE = 1  # orbax's KeyType for list/tuple positions (2 is dict keys and attributes)
 
 
-def load(path: str | os.PathLike) -> Any:
+def load(path: str | os.PathLike | Location) -> Any:
     """Returns the tree of an orbax checkpoint folder with `LazyArray` leaves.
 
     Args:
@@ -74,18 +75,24 @@ def load(path: str | os.PathLike) -> Any:
         LoadError: `_METADATA` is missing or damaged, an array's metadata is missing or
             damaged, or a leaf is of a custom kind with no array (every such key is named).
     """
-    path = Path(path).absolute()
-    stored = _check_folder(path)
-    metadata_file = path / "_METADATA"
-    if not metadata_file.is_file():
+    path = locate(path)
+    folder = None
+    if path.local_path is not None:
+        folder = path.local_path.absolute()
+        path = LocalFile(folder)
+    # a URL's folder is not listed (http has no listing): no links to check, size unknown
+    stored = _check_folder(folder) if folder is not None else None
+    metadata_file = path.child("_METADATA")
+    if not metadata_file.exists():
         raise file_error(
             path,
             "it has no _METADATA file: the checkpoint is unfinished, or was written by an "
             "orbax older than 0.5",
             "Restore it with the orbax that wrote it and save it again.",
         )
+    raw = metadata_file.read_all()  # outside the try: a LoadError is a ValueError too
     try:
-        metadata = json.loads(metadata_file.read_text())
+        metadata = json.loads(raw.decode())
         entries = list(metadata["tree_metadata"].values())
         places = [
             tuple((str(k["key"]), int(k["key_type"])) for k in entry["key_metadata"])
@@ -100,7 +107,12 @@ def load(path: str | os.PathLike) -> Any:
         ) from exc
     names = [".".join(key for key, _ in place) for place in places]
     for place, name in zip(places, names, strict=True):
-        confined(name or ".", path, path, f"the array at {_keystr(place)} (folder {name!r})")
+        what = f"the array at {_keystr(place)} (folder {name!r})"
+        if folder is not None:
+            confined(name or ".", folder, path, what)
+        elif name.startswith("/") or ".." in name.split("/"):
+            raise file_error(path, f"{what} is outside the checkpoint's folder",
+                             "Fix the reference.")
     store = _Store(path)
     arrays = [n for n, k in zip(names, kinds, strict=True) if k in ARRAY_KINDS]
     # custom kinds are tried as arrays too: custom orbax type handlers usually write zarr
@@ -109,10 +121,9 @@ def load(path: str | os.PathLike) -> Any:
         if k not in ARRAY_KINDS and k not in EMPTY_KINDS and k != "string"
     ]  # fmt: skip
     specs = store.specs(arrays, optional=custom)
-    budget = InflateBudget(path, stored)
     total = sum(math.prod(shape) * dtype.itemsize for shape, dtype, _ in specs.values())
-    if total > stored:
-        budget.charge(total - stored, f"{len(specs)} zarr array(s)")
+    if stored is not None and total > stored:
+        InflateBudget(path, stored).charge(total - stored, f"{len(specs)} zarr array(s)")
     strings = _strings(path) if "string" in kinds else {}
     saved = _shardings(path)
     root, unsupported = _Node(), []
@@ -199,9 +210,13 @@ class _Node:
 
 
 class _Store:
-    """The tensorstore key-value store holding the arrays: OCDBT, or plain per-array folders."""
+    """The tensorstore key-value store holding the arrays: OCDBT, or plain per-array folders.
 
-    def __init__(self, path: Path):
+    For a URL, tensorstore reads from the same place through its own http / s3 / gcs driver
+    (see `remote_tensorstore`); each wait is bounded by the location's timeout.
+    """
+
+    def __init__(self, path: Location):
         try:
             import tensorstore as ts
         except ImportError as exc:
@@ -211,11 +226,13 @@ class _Store:
                 "Install it with: pip install 'pytree-inspector[orbax]'",
             ) from exc
         self.ts, self.path = ts, path
-        self.ocdbt = (path / "manifest.ocdbt").exists()
+        self.timeout = getattr(path, "timeout", None)
+        self.ocdbt = path.child("manifest.ocdbt").exists()
+        self.base = path.tensorstore_kvstore()
         if self.ocdbt:
-            self.kvstore = {"driver": "ocdbt", "base": f"file://{path}/"}
+            self.kvstore = {"driver": "ocdbt", "base": self.base}
         else:
-            self.kvstore = {"driver": "file", "path": f"{path}/"}
+            self.kvstore = self.base
         self.context = ts.Context()
 
     def specs(
@@ -227,12 +244,15 @@ class _Store:
         """
         names = [*names, *optional]
         try:
-            store = self.ts.KvStore.open(self.kvstore, context=self.context).result()
+            timeout = self.timeout
+            store = self.ts.KvStore.open(self.kvstore, context=self.context).result(timeout)
             pending = {
                 name: (store.read(f"{name}/.zarray"), store.read(f"{name}/zarr.json"))
                 for name in names
             }
-            results = {name: (v2.result(), v3.result()) for name, (v2, v3) in pending.items()}
+            results = {
+                name: (v2.result(timeout), v3.result(timeout)) for name, (v2, v3) in pending.items()
+            }
         except Exception as exc:  # tensorstore raises ValueError / OSError variants
             raise file_error(
                 self.path,
@@ -261,14 +281,17 @@ class _Store:
 
     def leaf(self, name: str, shape: tuple[int, ...], dtype: np.dtype, driver: str):
         # inside OCDBT an array is a key prefix; on plain files, a folder of the checkpoint
-        location = f"{name}/" if self.ocdbt else f"{self.path}/{name}/"
-        spec = {"driver": driver, "kvstore": {**self.kvstore, "path": location}}
-        ts, context, path = self.ts, self.context, self.path
+        if self.ocdbt:
+            kvstore = {**self.kvstore, "path": f"{name}/"}
+        else:
+            kvstore = {**self.base, "path": f"{self.base['path']}{name}/"}
+        spec = {"driver": driver, "kvstore": kvstore}
+        ts, context, path, timeout = self.ts, self.context, self.path, self.timeout
 
         def read() -> np.ndarray:
             try:
-                array = ts.open(spec, open=True, read=True, context=context).result()
-                return np.asarray(array.read().result())
+                array = ts.open(spec, open=True, read=True, context=context).result(timeout)
+                return np.asarray(array.read().result(None if timeout is None else timeout * 4))
             except Exception as exc:  # tensorstore's errors: data missing, damaged, unreadable
                 raise file_error(
                     path,
@@ -296,7 +319,7 @@ def _shape(value) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _shardings(path: Path) -> dict:
+def _shardings(path: Location) -> dict:
     """`name -> SavedSharding` for arrays saved as a `NamedSharding`, from `_sharding`.
 
     orbax keys the file by the base64 of each array's name and stores each sharding as JSON
@@ -307,9 +330,10 @@ def _shardings(path: Path) -> dict:
 
     from inspector.core.sharding import SavedSharding
 
+    sharding = path.child("_sharding")
     try:
-        entries = json.loads((path / "_sharding").read_text())
-    except (OSError, ValueError):
+        entries = json.loads(sharding.read_all()) if sharding.exists() else {}
+    except (OSError, ValueError):  # a LoadError (URL) is a ValueError: shown, never needed
         return {}
     out = {}
     for key, text in entries.items() if isinstance(entries, dict) else ():
@@ -327,8 +351,12 @@ def _shardings(path: Path) -> dict:
     return out
 
 
-def _strings(path: Path) -> dict[str, str]:
+def _strings(path: Location) -> dict[str, str]:
     try:
-        return json.loads((path / "_strings.json").read_text())
+        raw = path.child("_strings.json").read_all()
+    except OSError as exc:
+        raise file_error(path, f"its _strings.json cannot be read ({exc})") from exc
+    try:
+        return json.loads(raw.decode())
     except (OSError, ValueError) as exc:
         raise file_error(path, f"its _strings.json cannot be read ({exc})") from exc

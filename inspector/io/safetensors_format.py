@@ -13,6 +13,7 @@ import math
 import os
 import struct
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from inspector.io import nesting
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import confined
-from inspector.io.regions import mapped_reader
+from inspector.io.location import LocalFile, Location, locate
 from inspector.io.replacing import replacing
 
 # The safetensors library refuses headers above 100 MB; so do we, before reading one.
@@ -64,7 +65,7 @@ class TensorEntry:
     nbytes: int
 
 
-def load(path: str | os.PathLike) -> dict:
+def load(path: str | os.PathLike | Location) -> dict:
     """Returns the tensors of a safetensors file as nested dicts of `LazyArray` (keys split on ".").
 
     Args:
@@ -76,11 +77,12 @@ def load(path: str | os.PathLike) -> dict:
     Raises:
         LoadError: the header is damaged (see `read_header`) or keys clash when nested.
     """
-    entries = read_header(path)
-    return nesting.unflatten(_leaves(path, entries), path)
+    location = locate(path)
+    entries = read_header(location)
+    return nesting.unflatten(_leaves(location, entries), location)
 
 
-def load_index(path: str | os.PathLike) -> dict:
+def load_index(path: str | os.PathLike | Location) -> dict:
     """Returns the tensors of a sharded checkpoint (`*.safetensors.index.json`) as one tree.
 
     The index's `weight_map` names the shard holding each tensor; every shard's header is read
@@ -97,7 +99,8 @@ def load_index(path: str | os.PathLike) -> dict:
         LoadError: the index is not valid JSON or has no `weight_map`, a shard is missing or
             damaged, or a tensor is not in the shard the index names (all such are listed).
     """
-    index = _read_json(path, Path(path).stat().st_size, "the index")
+    location = path = locate(path)
+    index = _read_json(path, path.size(), "the index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
@@ -107,19 +110,32 @@ def load_index(path: str | os.PathLike) -> dict:
             "the index has no 'weight_map' object of tensor name -> shard file name",
             "Pass a Hugging Face style *.safetensors.index.json, or one of its shards.",
         )
-    folder = Path(path).parent
-    headers: dict[str, dict[str, TensorEntry]] = {}
-    shard_paths: dict[str, Path] = {}
-    for shard in dict.fromkeys(weight_map.values()):
-        shard_path = confined(shard, folder, path, f"shard {shard!r}")
-        if not shard_path.is_file():
+    shards = list(dict.fromkeys(weight_map.values()))
+    shard_locations: dict[str, Location] = {}
+    for shard in shards:
+        if location.local_path is not None:
+            folder = location.local_path.parent
+            shard_locations[shard] = LocalFile(confined(shard, folder, path, f"shard {shard!r}"))
+        elif Path(shard).is_absolute() or ".." in Path(shard).parts:
+            raise file_error(
+                path, f"shard {shard!r} is outside the index's folder", "Fix the weight_map."
+            )
+        else:
+            shard_locations[shard] = location.sibling(shard)
+
+    def header(shard: str) -> dict[str, TensorEntry]:
+        shard_location = shard_locations[shard]
+        if not shard_location.exists() or shard_location.is_dir():
             raise file_error(
                 path,
                 f"shard {shard!r} named in the weight_map does not exist beside the index",
                 "Download every shard next to the index.",
             )
-        shard_paths[shard] = shard_path
-        headers[shard] = {entry.name: entry for entry in read_header(shard_path)}
+        return {entry.name: entry for entry in read_header(shard_location)}
+
+    # remote shards' headers are fetched concurrently (local ones cost microseconds each)
+    with ThreadPoolExecutor(max_workers=1 if location.local_path else 8) as pool:
+        headers = dict(zip(shards, pool.map(header, shards), strict=True))
     missing = [
         f"{name!r} in {shard}" for name, shard in weight_map.items() if name not in headers[shard]
     ]
@@ -131,13 +147,13 @@ def load_index(path: str | os.PathLike) -> dict:
             details=bullet_list(missing),
         )
     pairs = (
-        (name, _leaf(shard_paths[shard], headers[shard][name]))
+        (name, _leaf(shard_locations[shard], headers[shard][name]))
         for name, shard in weight_map.items()
     )
     return nesting.unflatten(pairs, path)
 
 
-def read_header(path: str | os.PathLike) -> list[TensorEntry]:
+def read_header(path: str | os.PathLike | Location) -> list[TensorEntry]:
     """Returns the tensors a safetensors header declares, after checking it against the file.
 
     Args:
@@ -151,31 +167,31 @@ def read_header(path: str | os.PathLike) -> list[TensorEntry]:
             (or repeats a key), a dtype is unknown, or a tensor's byte range is out of the
             file, overlaps another, or does not match its shape and dtype (all are listed).
     """
-    size = Path(path).stat().st_size
-    with open(path, "rb") as f:
-        prefix = f.read(8)
-        if len(prefix) < 8:
-            raise file_error(
-                path,
-                f"the file has {size} bytes, fewer than the 8-byte safetensors header length",
-                "The file is truncated; download or save it again.",
-            )
-        (header_len,) = struct.unpack("<Q", prefix)
-        if header_len > size - 8:
-            raise file_error(
-                path,
-                f"the safetensors header length is {header_len} bytes, larger than the "
-                f"{size - 8} bytes that follow it",
-                "The file is truncated or is not a safetensors file.",
-            )
-        if header_len > MAX_HEADER_BYTES:
-            raise file_error(
-                path,
-                f"the safetensors header length is {header_len} bytes, above the "
-                f"{MAX_HEADER_BYTES}-byte limit",
-                "The file is not a safetensors file, or is damaged.",
-            )
-        header = _read_json(path, header_len, "the safetensors header", f.read(header_len))
+    path = locate(path)
+    size = path.size()
+    prefix = path.read(0, 8)
+    if len(prefix) < 8:
+        raise file_error(
+            path,
+            f"the file has {size} bytes, fewer than the 8-byte safetensors header length",
+            "The file is truncated; download or save it again.",
+        )
+    (header_len,) = struct.unpack("<Q", prefix)
+    if header_len > size - 8:
+        raise file_error(
+            path,
+            f"the safetensors header length is {header_len} bytes, larger than the "
+            f"{size - 8} bytes that follow it",
+            "The file is truncated or is not a safetensors file.",
+        )
+    if header_len > MAX_HEADER_BYTES:
+        raise file_error(
+            path,
+            f"the safetensors header length is {header_len} bytes, above the "
+            f"{MAX_HEADER_BYTES}-byte limit",
+            "The file is not a safetensors file, or is damaged.",
+        )
+    header = _read_json(path, header_len, "the safetensors header", path.read(8, 8 + header_len))
     if not isinstance(header, dict):
         raise file_error(path, "the safetensors header is not a JSON object")
     data_start, data_size = 8 + header_len, size - 8 - header_len
@@ -245,14 +261,14 @@ def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
             f.write(_little_endian_bytes(leaf, specs[name]))
 
 
-def _leaves(path: str | os.PathLike, entries: Iterable[TensorEntry]):
-    return ((entry.name, _leaf(path, entry)) for entry in entries)
+def _leaves(location: Location, entries: Iterable[TensorEntry]):
+    return ((entry.name, _leaf(location, entry)) for entry in entries)
 
 
-def _leaf(path: str | os.PathLike, entry: TensorEntry) -> LazyArray:
-    reader = mapped_reader(path, entry.offset, entry.dtype, entry.shape)
+def _leaf(location: Location, entry: TensorEntry) -> LazyArray:
+    reader = location.array_reader(entry.offset, entry.dtype, entry.shape)
     native = entry.dtype.newbyteorder("=")
-    return LazyArray(entry.shape, native, reader, source=f"{os.fspath(path)}:{entry.name}")
+    return LazyArray(entry.shape, native, reader, source=f"{location}:{entry.name}")
 
 
 def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> TensorEntry | None:
@@ -295,7 +311,7 @@ def _read_json(path, nbytes: int, what: str, data: bytes | None = None) -> Any:
     if data is None:
         if nbytes > MAX_HEADER_BYTES:
             raise file_error(path, f"{what} is {nbytes} bytes, above the {MAX_HEADER_BYTES} limit")
-        data = Path(path).read_bytes()
+        data = path.read_all()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -25,10 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
 from inspector.io import nesting
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
+from inspector.io.location import Location, locate
 from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, scan, unpickle
 from inspector.io.zip_members import ZIP_ERRORS, data_offset
 
@@ -49,7 +51,7 @@ class _Region:
         self.order, self.offset, self.member = order, offset, member
 
 
-def load_zip(path: str | os.PathLike) -> Any:
+def load_zip(path: str | os.PathLike | Location) -> Any:
     """Returns the object of a zip-format `torch.save` file, tensors as `LazyArray`.
 
     Args:
@@ -63,11 +65,17 @@ def load_zip(path: str | os.PathLike) -> Any:
         LoadError: the pickle names a global outside the allow-list (nothing is run), a storage
             is missing or the wrong size, or a tensor's view runs past its storage.
     """
+    path = locate(path)
+    f = path.open()
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(f)
+    except InspectorError:
+        f.close()
+        raise  # a URL that failed: its own message
     except ZIP_ERRORS as exc:
+        f.close()
         raise file_error(path, f"the zip directory is damaged ({exc})", _RESAVE) from exc
-    with archive, open(path, "rb") as f:
+    with archive, f:
         names = set(archive.namelist())
         pkl = next((n for n in names if n.count("/") == 1 and n.endswith("/data.pkl")), None)
         if pkl is None:
@@ -76,7 +84,7 @@ def load_zip(path: str | os.PathLike) -> Any:
         info = archive.getinfo(pkl)
         if info.file_size > MAX_PICKLE_BYTES:
             raise file_error(path, f"{pkl} declares {info.file_size} bytes", _RESAVE)
-        budget = InflateBudget(path, os.path.getsize(path))
+        budget = InflateBudget(path, path.size())
         if info.compress_type != zipfile.ZIP_STORED:
             budget.charge(info.file_size, pkl)
         data = archive.read(pkl)
@@ -89,6 +97,7 @@ def load_zip(path: str | os.PathLike) -> Any:
         storages: dict[str, StorageRef] = {}
         obj = unpickle(data, path, storages)
         regions = {}
+        path.prefetch(f, [_local_header_span(archive, f"{prefix}data/{key}") for key in storages])
         for key, storage in storages.items():
             member = f"{prefix}data/{key}"
             if member not in names:
@@ -113,7 +122,16 @@ def load_zip(path: str | os.PathLike) -> Any:
     return _convert(obj, path, regions, ())
 
 
-def load_legacy(path: str | os.PathLike) -> Any:
+def _local_header_span(archive: zipfile.ZipFile, member: str) -> tuple[int, int]:
+    try:
+        info = archive.getinfo(member)
+    except KeyError:
+        return (0, 0)
+    start = info.header_offset
+    return start, start + 30 + len(info.orig_filename.encode()) + len(info.extra) + 64
+
+
+def load_legacy(path: str | os.PathLike | Location) -> Any:
     """Returns the object of a legacy-format `torch.save` file, tensors as `LazyArray`.
 
     Args:
@@ -126,9 +144,10 @@ def load_legacy(path: str | os.PathLike) -> Any:
         LoadError: as `load_zip`, or the header pickles are not torch's, or a storage's
             recorded element count disagrees with the pickle or runs past the end of the file.
     """
-    size = os.path.getsize(path)
+    path = locate(path)
+    size = path.size()
     storages: dict[str, StorageRef] = {}
-    with open(path, "rb") as f:
+    with path.open() as f:
         header = [unpickle(scan(f, path, size - f.tell()), path, {}) for _ in range(3)]
         magic, protocol, sys_info = header
         if magic != LEGACY_MAGIC_NUMBER or protocol != LEGACY_PROTOCOL_VERSION:
@@ -232,7 +251,7 @@ def _convert(obj: Any, path, regions: dict[str, _Region], keys: tuple) -> Any:
 
 
 def _tensor(ref: TensorRef, path, region: _Region, keys: tuple) -> LazyArray:
-    source = f"{os.fspath(path)}:{''.join(f'[{k!r}]' for k in keys)}"
+    source = f"{path}:{''.join(f'[{k!r}]' for k in keys)}"
     storage = ref.storage
     dtype = ref.dtype.newbyteorder(region.order)
     # a storage view (legacy) starts `view_offset` elements of the storage's dtype in; a
@@ -292,10 +311,11 @@ def _tensor(ref: TensorRef, path, region: _Region, keys: tuple) -> LazyArray:
     return LazyArray(ref.shape, native, read, source=source)
 
 
-def _storage_bytes(path, region: _Region, start: int, nbytes: int):
+def _storage_bytes(location: Location, region: _Region, start: int, nbytes: int):
     if region.offset is not None:
-        return np.memmap(
-            path, dtype=np.uint8, mode="r", offset=region.offset + start, shape=(nbytes,)
-        )
-    with zipfile.ZipFile(path) as archive:
+        return location.array_reader(region.offset + start, np.dtype(np.uint8), (nbytes,))()
+    with location.open() as raw, zipfile.ZipFile(raw) as archive:
+        info = archive.getinfo(region.member)
+        begin, end = _local_header_span(archive, region.member)
+        location.prefetch(raw, [(begin, end + info.compress_size)])
         return archive.read(region.member)[start : start + nbytes]

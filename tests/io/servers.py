@@ -1,0 +1,215 @@
+"""Local servers for the remote-checkpoint tests and benchmark: real HTTP on 127.0.0.1.
+
+- `RangeServer`: serves a folder with HTTP range requests (HEAD, GET, `Range: bytes=a-b`),
+  counting requests and body bytes; `/__status/401/...` answers that status, `/__truncate/...`
+  promises the whole body and closes half-way.
+- `SilentServer`: accepts connections and never answers (the timeout case).
+- `CountingMotoServer`: moto's S3 server (`ThreadedMotoServer`) with the same counters.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+@dataclass
+class Traffic:
+    """What a server was asked and sent: (method, path, range header) per request; body bytes."""
+
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+    bytes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, method: str, path: str, ranged: str, nbytes: int) -> None:
+        with self.lock:
+            self.requests.append((method, path, ranged))
+            self.bytes += nbytes
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.bytes = 0
+
+
+class _RangeHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers: connections are reused
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        server: RangeServer = self.server.owner  # type: ignore[attr-defined]
+        path, status, truncate = self.path.split("?", 1)[0], None, False
+        if m := re.match(r"/__status/(\d+)(/.*)", path):
+            status, path = int(m.group(1)), m.group(2)
+        elif path.startswith("/__truncate/"):
+            truncate, path = True, path[len("/__truncate") :]
+        ranged = self.headers.get("Range", "")
+        if status is not None:
+            return self._reply(status, b"denied", body, ranged)
+        file = (server.root / path.lstrip("/")).resolve()
+        if server.root not in file.parents or not file.is_file():
+            return self._reply(404, b"not found", body, ranged)
+        size = file.stat().st_size
+        start, end = 0, size
+        if ranged and (m := _RANGE.match(ranged)):
+            first, last = m.groups()
+            if first:
+                start, end = int(first), min(size, int(last) + 1 if last else size)
+            else:
+                start, end = max(0, size - int(last)), size
+            if start >= size:
+                return self._reply(416, b"", body, ranged, {"Content-Range": f"bytes */{size}"})
+        with open(file, "rb") as f:
+            f.seek(start)
+            data = f.read(end - start) if body else b""
+        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        code = 200
+        if ranged:
+            code = 206
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(end - start))
+        self.end_headers()
+        if not body:
+            server.traffic.add("HEAD", path, ranged, 0)
+            return
+        if truncate:
+            data = data[: len(data) // 2]
+        server.traffic.add("GET", path, ranged, len(data))  # before sending: the client may
+        self.wfile.write(data)  # look at the counters as soon as the bytes arrive
+        self.wfile.flush()
+        if truncate:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _reply(self, code: int, text: bytes, body: bool, ranged: str, headers=None) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        traffic = self.server.owner.traffic  # type: ignore[attr-defined]
+        traffic.add(self.command, self.path, ranged, len(text) if body else 0)
+        if body:
+            self.wfile.write(text)
+
+
+class RangeServer:
+    """Serves `root` on 127.0.0.1 with range requests in a thread; `url` is its address."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root).resolve()
+        self.traffic = Traffic()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RangeHandler)
+        self._server.daemon_threads = True
+        self._server.owner = self  # type: ignore[attr-defined]
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> RangeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+class SilentServer:
+    """Accepts connections on 127.0.0.1 and never answers them."""
+
+    def __init__(self):
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(64)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        self._socket.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                self._held.append(self._socket.accept()[0])
+            except OSError:
+                continue
+
+    def __enter__(self) -> SilentServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for conn in self._held:
+            conn.close()
+        self._socket.close()
+
+
+def refused_url() -> str:
+    """The address of a port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def counting_moto_server():
+    """Returns moto's threaded S3 server on a free 127.0.0.1 port, counting its traffic.
+
+    Call `.start()` and `.stop()`; `.url` is the endpoint, `.traffic` the counters.
+    """
+    from moto.server import ThreadedMotoServer
+    from werkzeug.serving import make_server
+
+    class CountingMotoServer(ThreadedMotoServer):
+        def __init__(self):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            super().__init__(ip_address="127.0.0.1", port=port, verbose=False)
+            self.url = f"http://127.0.0.1:{port}"
+            self.traffic = Traffic()
+
+        def _server_entry(self) -> None:
+            from moto.moto_server.threaded_moto_server import MotoRequestHandler
+            from moto.server import DomainDispatcherApplication, create_backend_app
+
+            app = DomainDispatcherApplication(create_backend_app)
+            traffic = self.traffic
+
+            def counted(environ, start_response):
+                body = app(environ, start_response)
+                sent = [bytes(chunk) for chunk in body]
+                if hasattr(body, "close"):
+                    body.close()
+                method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+                if not path.startswith("/moto-api"):
+                    traffic.add(method, path, environ.get("HTTP_RANGE", ""), sum(map(len, sent)))
+                return sent
+
+            self._server = make_server(
+                self._ip_address, self._port, counted, True, request_handler=MotoRequestHandler
+            )
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return CountingMotoServer()

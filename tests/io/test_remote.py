@@ -1,0 +1,235 @@
+"""Checkpoints at URLs, against real servers on 127.0.0.1: a range-serving HTTP server and
+moto's S3 server. Structure costs a few small requests; a leaf costs its own bytes; every
+failure is a LoadError naming the URL, in bounded time."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import requests
+
+import inspector
+from inspector.core.errors import LoadError
+from inspector.io.remote import CHUNK_BYTES, HEAD_BYTES
+from tests.io.servers import RangeServer, SilentServer, counting_moto_server, refused_url
+
+FORMATS = {  # name -> (what to load, below the server root; most requests for its structure)
+    "safetensors": ("model.safetensors", 2),
+    "sharded index": ("sharded/model.safetensors.index.json", 6),  # index: 2; each shard: 2
+    # size, head, tail (the central directory), then each member's headers (14, concurrently)
+    "npz": ("model.npz", 3 + 14),
+    "orbax": ("ckpt/", 8),
+}
+BUCKET = "ckpts"
+
+
+def _tree(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "embed": rng.standard_normal((512, 512)).astype(np.float32),  # 1 MiB: past the head
+        "layers": {
+            str(i): {"w": rng.standard_normal((256, 512)).astype(np.float32),
+                     "b": rng.standard_normal(512).astype(np.float32)}
+            for i in range(6)
+        },
+        "step": np.arange(3, dtype=np.int64),
+    }
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("served")
+    tree, other = _tree(0), _tree(1)
+    inspector.save(tree, folder / "model.safetensors")
+    inspector.save(other, folder / "other.safetensors")
+    inspector.save(tree, folder / "model.npz")
+    (folder / "sharded").mkdir()
+    flat = {"embed": tree["embed"], "step": tree["step"]}
+    inspector.save(flat, folder / "sharded/model-00001-of-00002.safetensors")
+    inspector.save({"layers": tree["layers"]}, folder / "sharded/model-00002-of-00002.safetensors")
+    weight_map = {"embed": "model-00001-of-00002.safetensors",
+                  "step": "model-00001-of-00002.safetensors"}
+    weight_map.update({f"layers.{i}.{k}": "model-00002-of-00002.safetensors"
+                       for i in range(6) for k in ("w", "b")})
+    (folder / "sharded/model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map}))
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(folder / "ckpt", tree)
+    checkpointer.wait_until_finished()
+    (folder / "notes.txt").write_text("not a checkpoint\n" * 10)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def http(root):
+    with RangeServer(root) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3(root):
+    import boto3
+
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = counting_moto_server()
+    server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        for path in root.rglob("*"):
+            if path.is_file():
+                client.upload_file(str(path), BUCKET, str(path.relative_to(root)))
+        server.options = {"endpoint_url": server.url}
+        yield server
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _url(server, kind: str, name: str) -> str:
+    return f"{server.url}/{name}" if kind == "http" else f"s3://{BUCKET}/{name}"
+
+
+def _server(kind, http, s3):
+    return http if kind == "http" else s3
+
+
+def _options(server) -> dict | None:
+    return getattr(server, "options", None)
+
+
+def _rows(tree):
+    return [(r.path, r.kind, r.shape, str(r.dtype), r.nbytes) for r in inspector.describe(tree)]
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_structure_costs_a_few_small_requests(kind, fmt, root, http, s3):
+    server = _server(kind, http, s3)
+    name, most_requests = FORMATS[fmt]
+    local = inspector.load(root / name)
+    server.traffic.reset()
+    tree = inspector.load(_url(server, kind, name), _options(server))
+    assert _rows(tree) == _rows(local)
+    requests_made = len(server.traffic.requests)
+    assert requests_made <= most_requests, server.traffic.requests
+    # no tensor data: at most the first 64 KiB and one zip-directory block per file
+    assert server.traffic.bytes <= 3 * HEAD_BYTES, server.traffic.requests
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_one_leaf_reads_about_its_own_bytes(kind, fmt, root, http, s3):
+    server = _server(kind, http, s3)
+    name, _ = FORMATS[fmt]
+    expected = np.asarray(inspector.load(root / name)["embed"])
+    tree = inspector.load(_url(server, kind, name), _options(server))
+    server.traffic.reset()
+    value = np.asarray(tree["embed"])
+    np.testing.assert_array_equal(value, expected)
+    assert value.dtype == expected.dtype
+    if fmt != "orbax":  # orbax: tensorstore reads its compressed chunks, their own size
+        assert expected.nbytes <= server.traffic.bytes <= 1.1 * expected.nbytes + HEAD_BYTES
+        assert len(server.traffic.requests) == -(-expected.nbytes // CHUNK_BYTES)
+
+
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_weighted_sum_of_two_remote_trees_equals_the_local_one(kind, root, http, s3):
+    server = _server(kind, http, s3)
+    a = inspector.load(_url(server, kind, "model.safetensors"), _options(server))
+    b = inspector.load(_url(server, kind, "other.safetensors"), _options(server))
+    result = inspector.weighted_sum([a, b], [0.25, 0.75])
+    local_a = inspector.load(root / "model.safetensors")
+    local_b = inspector.load(root / "other.safetensors")
+    w = np.asarray(result["layers"]["3"]["w"])
+    reference = 0.25 * np.asarray(local_a["layers"]["3"]["w"], np.float64) + 0.75 * np.asarray(
+        local_b["layers"]["3"]["w"], np.float64
+    )
+    np.testing.assert_allclose(w, reference, rtol=1e-6, atol=1e-6)
+    assert np.asarray(result["step"]).tolist() == [0, 1, 2]
+
+
+def test_progress_reports_bytes_total_and_rate(http):
+    seen = []
+    tree = inspector.load(f"{http.url}/model.safetensors", progress=seen.append)
+    np.asarray(tree["embed"])
+    assert seen and seen[-1].done == seen[-1].total == 512 * 512 * 4
+    assert seen[-1].source.endswith("/model.safetensors") and seen[-1].rate > 0
+
+
+def _fails_within(url, seconds: float, *parts: str, **kwargs) -> str:
+    start = time.monotonic()
+    with pytest.raises(LoadError) as caught:
+        tree = inspector.load(url, **kwargs)
+        np.asarray(tree["embed"])
+    assert time.monotonic() - start < seconds
+    message = str(caught.value)
+    for part in parts:
+        assert part in message, message
+    return message
+
+
+def test_http_failures_are_load_errors_naming_the_url(http):
+    _fails_within(f"{http.url}/missing.safetensors", 5,
+                  f"Cannot load {http.url}/missing.safetensors: it was not found on the server")
+    _fails_within(f"{http.url}/__status/403/model.safetensors", 5, "access was denied (HTTP 403)")
+    _fails_within(f"{http.url}/__status/401/model.safetensors", 5, "access was denied (HTTP 401)")
+    _fails_within(f"{http.url}/notes.txt", 5, f"{http.url}/notes.txt: the format is not recognised")
+    _fails_within(f"{http.url}/__truncate/model.safetensors", 5, "the response was truncated")
+    refused = refused_url()
+    _fails_within(f"{refused}/model.safetensors", 5, f"Cannot load {refused}/model.safetensors: "
+                  "could not connect to the server")
+    with SilentServer() as silent:
+        _fails_within(f"{silent.url}/model.safetensors", 4, "did not answer within 1 s",
+                      timeout=1)
+
+
+def test_credentials_never_show_in_messages(http):
+    url = http.url.replace("http://", "http://alice:s3cr3t@") + "/missing.safetensors?token=t0k3n"
+    message = _fails_within(url, 5, "http://***@127.0.0.1")
+    assert "s3cr3t" not in message and "t0k3n" not in message and "alice" not in message
+
+
+def test_s3_failures_are_load_errors_naming_the_url(s3):
+    options = s3.options
+    _fails_within(f"s3://{BUCKET}/missing.safetensors", 5,
+                  f"Cannot load s3://{BUCKET}/missing.safetensors: it was not found",
+                  storage_options=options)
+    _fails_within("s3://no-such-bucket/model.safetensors", 5, "it was not found",
+                  storage_options=options)
+    _fails_within(f"s3://{BUCKET}/notes.txt", 5, "the format is not recognised",
+                  storage_options=options)
+    _fails_within(f"s3://{BUCKET}/model.safetensors", 8, "could not connect to the server",
+                  storage_options={"endpoint_url": refused_url()}, timeout=3)
+    with SilentServer() as silent:
+        _fails_within(f"s3://{BUCKET}/model.safetensors", 4, "did not answer within 1 s",
+                      storage_options={"endpoint_url": silent.url}, timeout=1)
+    # moto checks credentials once told to: after 0 more unauthenticated actions
+    requests.post(f"{s3.url}/moto-api/reset-auth", data=b"0", timeout=5)
+    try:
+        _fails_within(f"s3://{BUCKET}/model.safetensors", 5, "access was denied",
+                      storage_options={**options, "key": "nobody", "secret": "wrong-secret"})
+    finally:
+        requests.post(f"{s3.url}/moto-api/reset-auth", data=b"1000000000", timeout=5)
+
+
+def test_a_missing_filesystem_names_the_extra(monkeypatch):
+    import fsspec  # noqa: F401  (fsspec.registry the attribute is a mapping; the module is here)
+
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "gs", raising=False)
+    monkeypatch.setitem(sys.modules, "gcsfs", None)
+    message = _fails_within("gs://bucket/model.safetensors", 5, "gs://bucket/model.safetensors")
+    assert "pip install 'pytree-inspector[remote]'" in message
