@@ -19,7 +19,8 @@ from inspector.io import (
     torch_format,
 )
 from inspector.io.file_error import file_error
-from inspector.io.location import ProgressCallback, locate
+from inspector.io.locate import locate
+from inspector.io.location import ProgressCallback
 from inspector.io.sniff import sniff
 
 LOADERS: dict[str, Callable[[str | os.PathLike], Any]] = {

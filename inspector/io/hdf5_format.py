@@ -27,7 +27,8 @@ from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import ML_DTYPE_NAMES, dtype_from_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
-from inspector.io.location import Location, locate
+from inspector.io.locate import locate
+from inspector.io.location import Location
 
 
 def load(path: str | os.PathLike | Location) -> dict:

@@ -4,17 +4,16 @@ Every format reader reads through a `Location`: its size, exact byte ranges (sev
 where several are needed), a seekable file object for libraries that want one (`zipfile`),
 and array readers for raw data at a known offset. `LocalFile` memory-maps; `inspector.io.remote`
 implements the same interface over fsspec (http(s)://, s3://, gs://, hf://, ...), so the
-format code is the same for both.
+format code is the same for both; `inspector.io.locate` picks one for a path or URL.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -22,9 +21,6 @@ from inspector.io.regions import mapped_reader
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds a remote read may go without an answer before it fails with `LoadError`."""
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-
 
 @dataclass(frozen=True)
 class ReadProgress:
@@ -42,15 +38,6 @@ class ReadProgress:
 
 
 ProgressCallback = Callable[[ReadProgress], None]
-
-
-def is_url(path: Any) -> bool:
-    """Returns whether `path` is a URL (`scheme://...`) rather than a local path.
-
-    >>> is_url("s3://bucket/m.safetensors"), is_url("./m.safetensors"), is_url("file:///m")
-    (True, False, False)
-    """
-    return isinstance(path, str) and bool(_URL.match(path)) and not path.startswith("file://")
 
 
 class Location:
@@ -149,36 +136,3 @@ class LocalFile(Location):
 
     def tensorstore_kvstore(self) -> dict:
         return {"driver": "file", "path": f"{self.local_path.absolute()}/"}
-
-
-def locate(
-    path: str | os.PathLike | Location,
-    storage_options: dict | None = None,
-    timeout: float | None = None,
-    progress: ProgressCallback | None = None,
-) -> Location:
-    """Returns the `Location` of a local path or a URL (`http(s)://`, `s3://`, `gs://`, `hf://`).
-
-    Args:
-        path: a local path, a URL, or a `Location` (returned as it is).
-        storage_options: options for the URL's fsspec filesystem (ignored for local paths).
-        timeout: seconds a remote read may wait for an answer (default `DEFAULT_TIMEOUT`).
-        progress: called as remote reads advance (see `ReadProgress`).
-
-    Raises:
-        LoadError: the URL's filesystem is not installed, or its options are invalid.
-
-    >>> locate("m.safetensors")
-    LocalFile('m.safetensors')
-    """
-    if isinstance(path, Location):
-        return path
-    if isinstance(path, str) and path.startswith("file://"):
-        path = path[len("file://") :]
-    if not is_url(path):
-        return LocalFile(path)
-    from inspector.io.remote import RemoteFile
-
-    return RemoteFile.open_url(
-        path, storage_options or {}, DEFAULT_TIMEOUT if timeout is None else timeout, progress
-    )

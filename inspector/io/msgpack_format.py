@@ -23,7 +23,8 @@ import numpy as np
 from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
-from inspector.io.location import Location, locate
+from inspector.io.locate import locate
+from inspector.io.location import Location
 
 EXT_NDARRAY, EXT_COMPLEX, EXT_NPSCALAR = 1, 2, 3
 CHUNKED = "__msgpack_chunked_array__"

@@ -33,7 +33,8 @@ from inspector.io import nesting
 from inspector.io.dtypes import dtype_from_name, ml_dtype_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
-from inspector.io.location import Location, locate
+from inspector.io.locate import locate
+from inspector.io.location import Location
 from inspector.io.replacing import replacing
 from inspector.io.zip_members import ZIP_ERRORS, data_offset
 

@@ -37,7 +37,8 @@ from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget, confined, current
-from inspector.io.location import LocalFile, Location, locate
+from inspector.io.locate import locate
+from inspector.io.location import LocalFile, Location
 
 MAX_FILES = 1_000_000
 """A checkpoint folder with more entries than this is refused before it is walked further."""

@@ -102,6 +102,10 @@ class RemoteFile(Location):
                 f"({type(exc).__name__}: {_clean(str(exc), url, options)})",
                 "Check the URL scheme and the storage_options.",
             ) from exc
+        if isinstance(getattr(fs, "retries", None), int):
+            # s3fs retries failed calls 5 times with back-off; a dead endpoint should say so
+            # quickly rather than as a timeout
+            fs.retries = min(fs.retries, 2)
         return cls(fs, fs_path, url, options, timeout, progress)
 
     # -- what the format readers use ---------------------------------------------------------

@@ -26,7 +26,8 @@ from inspector.io import nesting
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
 from inspector.io.limits import confined
-from inspector.io.location import LocalFile, Location, locate
+from inspector.io.locate import locate
+from inspector.io.location import LocalFile, Location
 from inspector.io.replacing import replacing
 
 # The safetensors library refuses headers above 100 MB; so do we, before reading one.

@@ -30,7 +30,8 @@ from inspector.core.lazy import LazyArray
 from inspector.io import nesting
 from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
-from inspector.io.location import Location, locate
+from inspector.io.locate import locate
+from inspector.io.location import Location
 from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, scan, unpickle
 from inspector.io.zip_members import ZIP_ERRORS, data_offset
 

@@ -213,7 +213,7 @@ def test_s3_failures_are_load_errors_naming_the_url(s3):
     _fails_within(f"s3://{BUCKET}/notes.txt", 5, "the format is not recognised",
                   storage_options=options)
     _fails_within(f"s3://{BUCKET}/model.safetensors", 8, "could not connect to the server",
-                  storage_options={"endpoint_url": refused_url()}, timeout=3)
+                  storage_options={"endpoint_url": refused_url()}, timeout=8)
     with SilentServer() as silent:
         _fails_within(f"s3://{BUCKET}/model.safetensors", 4, "did not answer within 1 s",
                       storage_options={"endpoint_url": silent.url}, timeout=1)
