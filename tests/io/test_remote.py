@@ -25,7 +25,8 @@ FORMATS = {  # name -> (what to load, below the server root; most requests for i
     "sharded index": ("sharded/model.safetensors.index.json", 6),  # index: 2; each shard: 2
     # size, head, tail (the central directory), then each member's headers (14, concurrently)
     "npz": ("model.npz", 3 + 14),
-    "orbax": ("ckpt/", 8),
+    # _METADATA, _sharding, manifest.ocdbt (size, then tensorstore's reads), b-tree nodes
+    "orbax": ("ckpt/", 10),
 }
 BUCKET = "ckpts"
 
