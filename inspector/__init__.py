@@ -38,6 +38,7 @@ _EXPORTS = {
     "LazyArray": "inspector.core.lazy",
     "PackedTree": "inspector.core.packed",
     "pack": "inspector.core.packed",
+    "WorkingSet": "inspector.core.working_set",
     # operations
     "weighted_sum": "inspector.streaming",
     "weighted_sum_dtype": "inspector.core.weighted_sum",

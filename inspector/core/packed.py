@@ -248,6 +248,21 @@ def pack(tree, lead_dims: int = 0) -> PackedTree:
     """
     if isinstance(tree, PackedTree):
         return tree
+    layout, leaves = plan_layout(tree, lead_dims)
+    lead = layout.lead
+    buffers = {d: np.empty(lead + (n,), dtype=np.dtype(d)) for d, n in layout.sizes.items()}
+    for leaf, slot in zip(leaves, layout.slots, strict=True):
+        buffers[slot.group][..., slot.offset : slot.offset + slot.size] = \
+            np.asarray(leaf).reshape(lead + (slot.size,))
+    return PackedTree(layout, buffers)
+
+
+def plan_layout(tree, lead_dims: int = 0) -> tuple[Layout, list]:
+    """Returns the `Layout` `pack(tree, lead_dims)` would make, and the leaves, reading no data.
+
+    Raises:
+        as `pack`.
+    """
     leaves, treedef = nodes.flatten(tree)
     infos = [leaf_info(x) for x in leaves]
     bad = [i for i, (shape, *_) in enumerate(infos) if shape is None]
@@ -265,11 +280,7 @@ def pack(tree, lead_dims: int = 0) -> PackedTree:
         offset = sizes.get(dtype, 0)
         slots.append(Slot(dtype, dtype, shape[len(lead):], offset))
         sizes[dtype] = offset + math.prod(shape[len(lead):])
-    buffers = {d: np.empty(lead + (n,), dtype=np.dtype(d)) for d, n in sizes.items()}
-    for leaf, slot in zip(leaves, slots, strict=True):
-        buffers[slot.group][..., slot.offset : slot.offset + slot.size] = \
-            np.asarray(leaf).reshape(lead + (slot.size,))
-    return PackedTree(Layout(treedef, tuple(slots), sizes, lead), buffers)
+    return Layout(treedef, tuple(slots), sizes, lead), leaves
 
 
 def _common_lead(tree, shapes: list, lead_dims: int) -> tuple[int, ...]:
