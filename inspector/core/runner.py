@@ -133,7 +133,8 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     return RunResult(
         op=plan.op,
         result=result,
-        device=device_name(device) if mesh is None else f"{mesh.devices.size} devices",
+        device=device_name(device) if mesh is None else
+        f"{mesh.devices.size} device{'s' if mesh.devices.size > 1 else ''}",
         mesh=None if mesh is None else ", ".join(f"{n}={s}" for n, s in mesh.shape.items()),
         compile_seconds=compile_seconds,
         n_compiled=n_compiled,

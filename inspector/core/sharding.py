@@ -147,7 +147,7 @@ def device_bytes(tree) -> dict[str, int]:
 
     held = {device_name(d): 0 for d in jax.local_devices()}
     leaves = (list(tree.buffers.values()) if isinstance(tree, PackedTree)
-              else jax.tree_util.tree_leaves(tree))
+              else jax.tree_util.tree_leaves(tree))  # None: no leaves, every device at 0
     for leaf in leaves:
         if not isinstance(leaf, jax.Array):
             continue
@@ -193,28 +193,17 @@ def shard(tree, mesh: Mesh, specs=None):
                             f"{type(mesh).__name__}.")
     if isinstance(tree, PackedTree):
         tree = tree.unpack()
-    assigned: list = []  # (path, spec, subtree)
-    problems: list[str] = []
-    _assign(specs, tree, "", assigned, problems)
-    leaf_specs = {path + jax.tree_util.keystr(p): spec for path, spec, subtree in assigned
-                  for p, _ in jax.tree_util.tree_flatten_with_path(subtree)[0]}
-    leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    placements = []  # (position, host value or array, sharding)
-    out = [leaf for _, leaf in leaves_with_paths]
     sizes = dict(mesh.shape)
+    leaf_specs, problems = check_specs(tree, sizes, specs)
+    leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    out = [leaf for _, leaf in leaves_with_paths]
+    placements = []  # (position, host value or array, sharding)
     for i, (key_path, leaf) in enumerate(leaves_with_paths):
-        path = jax.tree_util.keystr(key_path)
-        spec = leaf_specs.get(path)
-        shape, dtype, _, _ = leaf_info(leaf)
-        if shape is None or spec is None:
-            continue  # strings and other non-array leaves stay as they are
-        problem = spec_problem(spec, shape, sizes)
-        if problem:
-            problems.append(f"{path or '(root)'}: shape {shape}, spec {spec_text(spec)}: "
-                            f"{problem}")
-            continue
-        value = leaf if hasattr(leaf, "shape") else np.asarray(leaf, dtype=dtype)
-        placements.append((i, value, NamedSharding(mesh, spec)))
+        spec = leaf_specs.get(jax.tree_util.keystr(key_path))
+        if spec is not None:
+            shape, dtype, _, _ = leaf_info(leaf)
+            value = leaf if hasattr(leaf, "shape") else np.asarray(leaf, dtype=dtype)
+            placements.append((i, value, NamedSharding(mesh, spec)))
     if problems:
         n = len(problems)
         raise ShardingError(
@@ -226,6 +215,33 @@ def shard(tree, mesh: Mesh, specs=None):
     for i, array in _place(placements):
         out[i] = array
     return treedef.unflatten(out)
+
+
+def check_specs(tree, axes: Mapping[str, int], specs) -> tuple[dict, list[str]]:
+    """Matches `specs` against `tree` for a mesh of these axis sizes, placing nothing.
+
+    Returns `(leaf path -> PartitionSpec for every array leaf that fits, problems)`: one line
+    per key path that does not fit, as `shard`'s error lists them. Reads shapes only, so the
+    app checks every keystroke with it, before any mesh exists.
+    """
+    assigned: list = []  # (path, spec, subtree)
+    problems: list[str] = []
+    _assign(specs, tree, "", assigned, problems)
+    fits: dict[str, PartitionSpec] = {}
+    sizes = dict(axes)
+    for path, spec, subtree in assigned:
+        for key_path, leaf in jax.tree_util.tree_flatten_with_path(subtree)[0]:
+            full = path + jax.tree_util.keystr(key_path)
+            shape = leaf_info(leaf)[0]
+            if shape is None:
+                continue  # strings and other non-array leaves stay as they are
+            problem = spec_problem(spec, shape, sizes)
+            if problem:
+                problems.append(f"{full or '(root)'}: shape {shape}, spec {spec_text(spec)}: "
+                                f"{problem}")
+            else:
+                fits[full] = spec
+    return fits, problems
 
 
 def spec_problem(spec: PartitionSpec, shape: tuple[int, ...], sizes: dict) -> str | None:

@@ -11,6 +11,7 @@ import panel_material_ui as pmui
 from inspector.ui.diff_view import DiffView
 from inspector.ui.export import ExportView
 from inspector.ui.file_picker import FileOpener
+from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ResultView
 from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
@@ -21,7 +22,7 @@ TITLE = "pytree inspector"
 ROOT_ENV = "PYTREE_INSPECTOR_ROOT"
 """The environment variable naming the folder the file picker may open (default: the working
 directory), for `panel serve inspector`; the launcher's `--root` sets it directly."""
-TABS = ("Operations", "Compare trees")
+TABS = ("Operations", "Compare trees", "Mesh")
 
 
 def default_root() -> str:
@@ -46,6 +47,7 @@ class InspectorApp(pn.viewable.Viewer):
         self.operation = OperationPanel(state)
         self.result = ResultView(state)
         self.diff = DiffView(state)
+        self.mesh = MeshPanel(state)
         self.tabs = None
 
     def sidebar(self) -> list:
@@ -73,7 +75,10 @@ class InspectorApp(pn.viewable.Viewer):
         )
         compare = pmui.Card(self.diff, title="Compare two trees", collapsible=False, **column)
         # dynamic: the comparison is drawn only once its tab is opened (a leaner first paint)
-        self.tabs = pmui.Tabs((TABS[0], operate), (TABS[1], compare), dynamic=True,
+        mesh = pmui.Card(self.mesh, title="Shard over a device mesh", collapsible=False,
+                         **column)
+        self.tabs = pmui.Tabs((TABS[0], operate), (TABS[1], compare), (TABS[2], mesh),
+                              dynamic=True,
                               sizing_mode="stretch_width", margin=(0, 0))
         return [self.tabs]
 

@@ -63,7 +63,9 @@ def prepare(name: str, tree, source: str) -> LoadedTree:
         import jax
 
         rows = inspector.describe(tree)
-        if not any(isinstance(x, inspector.LazyArray) for x in jax.tree.leaves(tree)):
+        # lazy checkpoints stream; sharded trees keep their layout (packing gathers to host)
+        if not any(isinstance(x, inspector.LazyArray) or is_sharded(x)
+                   for x in jax.tree.leaves(tree)):
             try:
                 tree = inspector.pack(tree)
             except inspector.UnsupportedLeafError:
@@ -71,6 +73,13 @@ def prepare(name: str, tree, source: str) -> LoadedTree:
         index_for(tree, rows)
     root = rows[0]
     return LoadedTree(name, tree, source, root.n_leaves, root.n_params, root.nbytes)
+
+
+def is_sharded(leaf) -> bool:
+    """Whether a leaf is a JAX array laid out over a mesh (`inspector.shard`)."""
+    import jax
+
+    return isinstance(getattr(leaf, "sharding", None), jax.sharding.NamedSharding)
 
 
 @dataclass(frozen=True)

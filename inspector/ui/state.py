@@ -17,6 +17,7 @@ import inspector
 from inspector import examples
 from inspector.ui import operations as ops
 from inspector.ui.example_sets import EXAMPLE_SETTINGS, example_trees
+from inspector.ui.mesh_state import MeshState
 from inspector.ui.operations import LoadedTree, prepare
 from inspector.ui.tree_index import ROOT_ID, index_for
 
@@ -122,6 +123,7 @@ class InspectorState(param.Parameterized):
             self.device = names[0]
         self._queue: list = []
         self._kept = 0
+        self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
 
     # Loading ----------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str,
         ("throughput", f"{rr.gbps:.3g} GB/s · {human_bytes(rr.bytes_read + rr.bytes_written)}"
                        " moved"),
         ("device", rr.device),
+        *([("mesh", f"{rr.mesh} (SPMD over the mesh)")] if getattr(rr, "mesh", None) else []),
         ("kernels per run", f"{rr.n_kernels:,}"),
     ]
     if eager_seconds is not None:

@@ -262,8 +262,10 @@ class TreeIndex:
         if row.kind == "leaf":
             if row.shape is None:
                 return _SEP.join([key, row.type_name]), ""
-            return _SEP.join([key, shape_text(row.dtype, row.shape),
-                              human_bytes(row.nbytes)]), ""
+            parts = [key, shape_text(row.dtype, row.shape), human_bytes(row.nbytes)]
+            if row.sharding:  # P('data', None) over data=4, model=2
+                parts.append(row.sharding.replace("PartitionSpec(", "P("))
+            return _SEP.join(parts), ""
         if row.kind == "None":
             return _SEP.join([key, "None"]), ""
         kind = row.type_name if row.kind in ("dict", "list", "tuple") else row.kind
@@ -297,6 +299,7 @@ class TreeIndex:
                     "shape": ["" if r.shape is None else str(list(r.shape)) for r in rows],
                     "params": [r.n_params for r in rows],
                     "size": [human_bytes(r.nbytes) for r in rows],
+                    "sharding": [r.sharding or "" for r in rows],
                 })
             return self._frame
 
