@@ -333,9 +333,20 @@ def _packed_plan(tree: PackedTree, found: dict, n_pairs: int, device) -> Plan | 
         dt = jax.dtypes.canonicalize_dtype(buf.dtype)
         out = jnp.zeros((*new_lead, size), dt, device=device)
         runs = tuple(ranges[group])
-        key = ("index_packed", tuple(buf.shape), str(dt), lead_pattern, runs, starts.shape)
-        calls.append(Call(key, lambda runs=runs: _packed_kernel(lead_pattern, runs),
-                          [out, buf, starts], donate=(0,), carry=True))
+        if len(runs) > _MAX_RUNS and lead_pattern == (("i",),):
+            # Many subtrees, one position each: which row each element comes from is data
+            # (a small int per element), so the kernel compiles once whatever the index tree.
+            k = lead[0]
+            rows = np.repeat(starts[[r[2] for r in runs], 0], [b - a for a, b, _ in runs])
+            rows = rows.astype(np.int8 if k < 128 else np.int32)
+            key = ("index_packed_rows", tuple(buf.shape), str(dt), str(rows.dtype))
+            calls.append(Call(key, lambda k=k: _rows_kernel(k), [out, buf, rows], donate=(0,),
+                              carry=True))
+            nbytes += rows.nbytes
+        else:
+            key = ("index_packed", tuple(buf.shape), str(dt), lead_pattern, runs, starts.shape)
+            calls.append(Call(key, lambda runs=runs: _packed_kernel(lead_pattern, runs),
+                              [out, buf, starts], donate=(0,), carry=True))
         nbytes += math.prod(out.shape) * np.dtype(dt).itemsize
     groups, result = list(layout.sizes), layout.with_lead(new_lead)
 
@@ -344,6 +355,20 @@ def _packed_plan(tree: PackedTree, found: dict, n_pairs: int, device) -> Plan | 
         return PackedTree(result, buffers).with_dtypes(buffers)
 
     return Plan("index", device, calls, assemble, nbytes, nbytes)
+
+
+_MAX_RUNS = 16  # past this many subtree ranges per buffer, a per-element row index is used
+
+
+def _rows_kernel(k: int):
+    def kernel(out, buf, rows):
+        del out  # donated: the result is written into it
+        picked = buf[0]
+        for i in range(1, k):
+            picked = jnp.where(rows == i, buf[i], picked)
+        return picked
+
+    return kernel
 
 
 def _packed_kernel(lead_pattern, runs):

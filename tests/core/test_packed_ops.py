@@ -148,3 +148,20 @@ def test_plain_trees_keep_working_beside_packed_ones():
     out = inspector.stack(mixed)
     assert not isinstance(out, PackedTree)
     np.testing.assert_array_equal(out["emb"], np.stack([trees[0]["emb"], trees[1]["emb"]]))
+
+
+def test_per_subtree_index_over_many_subtrees_compiles_once(compiles):
+    rng = np.random.default_rng(5)
+    trees = [{f"b{i:03d}": {"w": rng.normal(size=(3, 2)).astype(np.float32),
+                            "n": rng.integers(0, 9, size=(4,)).astype(np.int32)}
+              for i in range(40)} for _ in range(3)]
+    stacked = inspector.stack([inspector.pack(t) for t in trees])
+    inspector.index(stacked, {f"b{i:03d}": 0 for i in range(40)})
+    with compiles() as c:
+        for shift in range(3):
+            choice = {f"b{i:03d}": (i + shift) % 3 for i in range(40)}
+            out = inspector.index(stacked, choice).unpack()
+            for key, model in choice.items():
+                for leaf in ("w", "n"):
+                    np.testing.assert_array_equal(out[key][leaf], trees[model][key][leaf])
+    assert c.count == 0
