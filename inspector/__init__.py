@@ -5,6 +5,7 @@
     inspector.weighted_sum([a, b, c], [1, 2, 3])    # model soups, task arithmetic, SGD, EMA
     inspector.index(tree, [1, "1:3", None, -1])     # a different index per subtree
     inspector.stack(ensemble); inspector.unstack(stacked)
+    inspector.merge("ties", [ft1, ft2], base=pre, density=0.2)   # mergekit's merge methods
     inspector.run(inspector.weighted_sum, [a, b], [0.5, 0.5], device="cpu:0")  # timed
     inspector.diff(model_tree, inspector.load("ckpt.safetensors"))
     m = inspector.mesh({"data": 4, "model": 2})     # JAX's own Mesh over jax.devices()
@@ -45,6 +46,7 @@ _EXPORTS = {
     "index": "inspector.core.indexing",
     "parse_index": "inspector.core.index_parse",
     "format_index": "inspector.core.index_parse",
+    "merge": "inspector.core.merge",
     "stack": "inspector.core.stacking",
     "unstack": "inspector.core.stacking",
     # meshes and sharded trees

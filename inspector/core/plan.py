@@ -113,11 +113,15 @@ class Call:
         donate: positions of args whose buffers the kernel may reuse for its output.
         carry: when true, the output replaces args[0] after each execution (a tuple of n
             outputs replaces args[:n]), so donated output buffers are reused from one timed
-            run to the next (no fresh page faults).
+            run to the next (no fresh page faults). On the head of a chain, the chain's last
+            output replaces it.
         shardings: where each arg goes when the inputs are sharded over a mesh (one
             `jax.sharding.Sharding` per arg); None places every arg on the plan's device.
         out_shardings: the kernel's output shardings (as `jax.jit` takes them) when the
             inputs are sharded, so an op keeps its inputs' layout; None lets JAX choose.
+        chain: when true, args[0] is the previous call's output (a donated buffer threaded
+            through the calls, each writing its own slice of it: per-leaf kernels over a
+            packed tree). Only the last output of a chain is meaningful.
     """
 
     key: tuple
@@ -127,6 +131,7 @@ class Call:
     carry: bool = False
     shardings: tuple | None = None
     out_shardings: object = None
+    chain: bool = False
 
     def target(self, i: int, device):
         """Where args[i] must live: its sharding over the mesh, else the plan's device."""
@@ -199,6 +204,7 @@ class Plan:
             self.compile()
         outputs = []
         streaming: list = []  # outputs of calls fed from lazy leaves, still maybe computing
+        head = None
         for call, compiled in zip(self.calls, self._compiled, strict=True):
             lazy = any(isinstance(a, LazyArray) for a in call.args)
             if lazy and len(streaming) >= _IN_FLIGHT:
@@ -210,14 +216,18 @@ class Plan:
                 if isinstance(a, LazyArray) else a
                 for i, a in enumerate(call.args)
             ]
+            if call.chain:
+                args[0] = outputs[-1]
+            else:
+                head = call
             out = compiled(*args)
             if lazy:
                 streaming.append(out)
-            if call.carry:
+            if head is not None and head.carry:
                 if isinstance(out, tuple | list):
-                    call.args[: len(out)] = out
+                    head.args[: len(out)] = out
                 else:
-                    call.args[0] = out
+                    head.args[0] = out
             outputs.append(out)
         return self.assemble(outputs)
 

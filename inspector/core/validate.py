@@ -33,12 +33,13 @@ def signature(leaves: list, treedef) -> tuple:
     return treedef, tuple(leaf_info(x)[:2] for x in leaves)
 
 
-def check_same_structure(trees: list, action: str) -> None:
+def check_same_structure(trees: list, action: str, names: list[str] | None = None) -> None:
     """Raises unless every tree has the structure, leaf shapes and dtypes of `trees[0]`.
 
     Args:
         trees: two or more pytrees (or packed trees).
         action: what needs the match, for the message (`"Cannot stack 4 trees"`).
+        names: what to call each tree in the message (default `tree 0`, `tree 1`, ...).
 
     Raises:
         StructureMismatchError: lists every differing key path, with both sides.
@@ -50,16 +51,18 @@ def check_same_structure(trees: list, action: str) -> None:
         sig0 = signature(*flat[0])
         if all(signature(*f) == sig0 for f in flat[1:]):
             return
+    names = names or [f"tree {k}" for k in range(len(trees))]
+    first = names[0]
     by_kind: dict[str, list[str]] = defaultdict(list)
     for k, tree in enumerate(trees[1:], start=1):
         for d in diff(trees[0], tree):
             where = d.path or "(root)"
             if d.kind == MISSING:
-                line = f"{where}: in tree 0 ({d.a}), missing from tree {k}"
+                line = f"{where}: in {first} ({d.a}), missing from {names[k]}"
             elif d.kind == EXTRA:
-                line = f"{where}: in tree {k} ({d.b}), not in tree 0"
+                line = f"{where}: in {names[k]} ({d.b}), not in {first}"
             else:
-                line = f"{where}: {d.a} in tree 0, {d.b} in tree {k}"
+                line = f"{where}: {d.a} in {first}, {d.b} in {names[k]}"
             by_kind[d.kind].append(line)
     n = sum(len(v) for v in by_kind.values())
     counts = ", ".join(f"{len(v)} {_NOUNS[kind]}" for kind, v in by_kind.items())
@@ -67,7 +70,7 @@ def check_same_structure(trees: list, action: str) -> None:
     raise StructureMismatchError(
         f"{action}: {n} {'difference' if n == 1 else 'differences'} ({counts}).\n"
         + bullet_list(lines)
-        + "\nEvery tree needs the same structure, leaf shapes and dtypes as tree 0."
+        + f"\nEvery tree needs the same structure, leaf shapes and dtypes as {first}."
     )
 
 

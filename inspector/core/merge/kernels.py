@@ -1,0 +1,185 @@
+"""The merge methods' arithmetic on one flat float32 leaf, as JAX functions to jit.
+
+Each function takes the leaf's values already flattened and cast to float32 and returns the
+merged float32 vector; the caller casts back once. Every number a user may change (weights,
+density, `t`, `lambda`, the seed) arrives as a traced array, so changing it never recompiles;
+only the method, the model count and the boolean switches (`normalize`, `rescale`) are static.
+The formulas follow mergekit 0.1.5 (arcee-ai/mergekit, `mergekit/merge_methods/` and
+`mergekit/sparsify.py`); each function names the mergekit code it mirrors.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+_INT_MAX = 2**31 - 1
+
+
+def kth_largest_bits(bits, k):
+    """Returns, per row, the int32 bit pattern of the k-th largest of `bits` (non-negative
+    floats viewed as int32, shape `(models, size)`; `k` one count per row).
+
+    Non-negative IEEE floats order like their bit patterns, so a 31-step bisection over the
+    pattern finds the k-th largest exactly, with `k` traced (a sort costs 20x more here, and
+    `lax.top_k` needs a static k, so a new density would recompile).
+    """
+
+    def step(_, bounds):
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2
+        enough = jnp.sum(bits >= mid[:, None], axis=1, dtype=jnp.int32) >= k
+        return jnp.where(enough, mid, lo), jnp.where(enough, hi, mid)
+
+    rows = bits.shape[0]
+    start = (jnp.zeros(rows, jnp.int32), jnp.full(rows, _INT_MAX, jnp.int32))
+    lo, _ = jax.lax.fori_loop(0, 31, step, start)
+    return lo
+
+
+def rescaled(delta, mask, rescale: bool, eps: float = 1e-7):
+    """`rescaled_masked_tensor(delta, mask, RescaleNorm.l1)` of mergekit's sparsify.py, per
+    row of `delta`.
+
+    With `rescale`, the kept values are scaled so the L1 norm of each task vector's leaf is
+    what it was before masking (mergekit's rule; unless either norm is below `eps`).
+    """
+    masked = jnp.where(mask, delta, 0.0)
+    if not rescale:
+        return masked
+    before = jnp.sum(jnp.abs(delta), axis=-1, keepdims=True)
+    after = jnp.sum(jnp.abs(masked), axis=-1, keepdims=True)
+    small = (before < eps) | (after < eps)
+    return jnp.where(small, masked, masked * (before / jnp.where(small, 1.0, after)))
+
+
+def magnitude(deltas, k, rescale: bool):
+    """mergekit `sparsify.magnitude` for each row of `deltas` (one task vector per model):
+    keep its `k` largest |delta|, where the caller passes `k = max(1, int(density * size))`
+    (0 for density <= 0, size for density >= 1).
+
+    Exactly `k` are kept: among elements tied with the k-th largest magnitude (frequent in
+    bfloat16), the first in flat order, as a stable descending sort would pick them (mergekit's
+    `torch.argsort` picks an unspecified subset of the ties).
+    """
+    bits = jax.lax.bitcast_convert_type(jnp.abs(deltas), jnp.int32)
+    threshold = kth_largest_bits(bits, k)
+    above = bits >= threshold[:, None]
+    excess = jnp.sum(above, axis=1, dtype=jnp.int32) - k
+    keep = jax.lax.cond(jnp.any(excess > 0), _first_of_ties, lambda *_: above,
+                        bits, threshold, k)
+    return rescaled(deltas, keep & (k > 0)[:, None], rescale)
+
+
+def _first_of_ties(bits, threshold, k):
+    """The masks of the k largest when several equal the k-th: those above it, then the first
+    ties in flat order (the cut found by bisection over the index, ~log2(size) passes)."""
+    tied = bits == threshold[:, None]
+    need = k - jnp.sum(bits > threshold[:, None], axis=1, dtype=jnp.int32)
+    size = bits.shape[1]
+    index = jnp.arange(size, dtype=jnp.int32)[None, :]
+
+    def step(_, bounds):
+        lo, hi = bounds  # the cut lies in (lo, hi]: ties before hi number at least `need`
+        mid = lo + (hi - lo) // 2
+        enough = jnp.sum(tied & (index < mid[:, None]), axis=1, dtype=jnp.int32) >= need
+        return jnp.where(enough, lo, mid), jnp.where(enough, mid, hi)
+
+    rows = bits.shape[0]
+    start = (jnp.zeros(rows, jnp.int32), jnp.full(rows, size, jnp.int32))
+    _, cut = jax.lax.fori_loop(0, max(1, size.bit_length()), step, start)
+    return (bits > threshold[:, None]) | (tied & (index < cut[:, None]))
+
+
+def bernoulli(deltas, density, key, rescale: bool):
+    """mergekit `sparsify.bernoulli` (DARE, Yu et al. 2023) for each row of `deltas`: keep
+    each element with probability `density[row]`, then (with `rescale`) restore each row's L1
+    norm."""
+    keep = jax.random.uniform(key, deltas.shape, jnp.float32) < density[:, None]
+    return rescaled(deltas, keep, rescale)
+
+
+def task_arithmetic(base, xs, weights, lam, *, normalize: bool):
+    """mergekit GTA with no sparsification and no consensus (`task_arithmetic`):
+    `base + lam * sum_i w_i (x_i - base) [/ sum_i w_i if normalize]`."""
+    deltas = [x - base for x in xs]
+    return _mix(base, deltas, weights, lam, consensus=False, normalize=normalize)
+
+
+def general_task_arithmetic(base, xs, weights, density, k, lam, key, *, sparsify: str,
+                            consensus: bool, normalize: bool, rescale: bool):
+    """mergekit `GTATask.execute` / `merge_group`: sparsify each task vector, elect signs, mix,
+    add to the base.
+
+    `sparsify` is `"magnitude"` (TIES) or `"random"` (DARE); `consensus` is TIES' sign election
+    by the sign of the weighted sum ("sum", mergekit's and the paper's choice). The task vectors
+    are one `(models, size)` array so the compiled program does not grow with the model count.
+    """
+    deltas = jnp.stack([x - base for x in xs])
+    if sparsify == "magnitude":
+        deltas = magnitude(deltas, k, rescale)
+    else:
+        deltas = bernoulli(deltas, density, key, rescale)
+    return _mix(base, list(deltas), weights, lam, consensus=consensus, normalize=normalize)
+
+
+def _mix(base, deltas, weights, lam, *, consensus: bool, normalize: bool):
+    weighted = [weights[i] * d for i, d in enumerate(deltas)]
+    if consensus:
+        # get_mask(method="sum"): the majority sign is that of the summed weighted deltas
+        # (>= 0 counts as +); a delta joins when its sign equals it (zeros never do).
+        majority = jnp.where(sum(weighted) >= 0, 1.0, -1.0)
+        agree = [jnp.sign(d) == majority for d in weighted]
+        mixed = sum(jnp.where(a, d, 0.0) for a, d in zip(agree, weighted, strict=True))
+        divisor = sum(jnp.where(a, weights[i], 0.0) for i, a in enumerate(agree))
+        divisor = jnp.where(divisor == 0, 1.0, divisor)
+    else:
+        mixed = sum(weighted)
+        divisor = sum(weights[i] for i in range(len(deltas)))
+        divisor = jnp.where(jnp.abs(divisor) < 1e-8, 1.0, divisor)
+    if normalize:
+        mixed = mixed / divisor
+    return base + lam * mixed
+
+
+def linear(xs, weights, *, normalize: bool):
+    """mergekit `LinearMergeTask`: `sum_i w_i x_i [/ sum_i w_i if normalize]`."""
+    total = sum(weights[i] * x for i, x in enumerate(xs))
+    if normalize:
+        total = total / sum(weights[i] for i in range(len(xs)))
+    return total
+
+
+def slerp(a, b, t, dot_threshold: float = 0.9995, eps: float = 1e-8):
+    """mergekit `slerp.slerp`: spherical interpolation from `a` (t = 0) to `b` (t = 1) over
+    the whole leaf as one vector; linear interpolation when the directions are (anti)parallel
+    (|cos| > 0.9995)."""
+    norm_a, norm_b = jnp.sqrt(jnp.sum(a * a)), jnp.sqrt(jnp.sum(b * b))
+    unit_a = jnp.where(norm_a > eps, norm_a, 1.0)
+    unit_b = jnp.where(norm_b > eps, norm_b, 1.0)
+    dot = jnp.clip(jnp.sum(a * b) / (unit_a * unit_b), -1.0, 1.0)
+    parallel = jnp.abs(dot) > dot_threshold
+    theta = jnp.arccos(jnp.where(parallel, 0.0, dot))
+    sin_theta = jnp.where(parallel, 1.0, jnp.sin(theta))
+    s0 = jnp.where(parallel, 1.0 - t, jnp.sin(theta - theta * t) / sin_theta)
+    s1 = jnp.where(parallel, t, jnp.sin(theta * t) / sin_theta)
+    return s0 * a + s1 * b
+
+
+def model_stock(base, xs):
+    """mergekit `ModelStockMergeTask` (Jang et al. 2024, filter_wise=False): with offsets
+    `d_i = x_i - base` over the whole leaf, `cos` the mean pairwise cosine, `N` the model count,
+    `t = N cos / (1 + (N - 1) cos)` and the result `t * mean(x_i) + (1 - t) * base`."""
+    offsets = [x - base for x in xs]
+    norms = [jnp.sqrt(jnp.sum(d * d)) for d in offsets]
+    cosines = []
+    for i in range(len(offsets)):
+        for j in range(i + 1, len(offsets)):
+            dot = jnp.sum(offsets[i] * offsets[j])
+            cosines.append(jnp.clip(dot / jnp.maximum(norms[i] * norms[j], 1e-6), -1.0, 1.0))
+    cos = sum(cosines) / len(cosines)
+    n = len(xs)
+    denominator = 1 + (n - 1) * cos
+    singular = jnp.abs(denominator) < 1e-6
+    t = jnp.where(singular, 0.0, n * cos / jnp.where(singular, 1.0, denominator))
+    return t * (sum(xs) / n) + (1 - t) * base
