@@ -7,6 +7,6 @@ Methods (names, parameters and defaults are mergekit's): `linear`, `task_arithme
 from __future__ import annotations
 
 from inspector.core.merge.methods import METHODS, Method
-from inspector.core.merge.planning import merge, plan_merge
+from inspector.core.merge.planning import MERGE, merge, plan_merge
 
-__all__ = ["METHODS", "Method", "merge", "plan_merge"]
+__all__ = ["MERGE", "METHODS", "Method", "merge", "plan_merge"]

@@ -11,11 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from inspector.core import validate
+from inspector.core.devices import resolve_device
 from inspector.core.merge import checks, kernels
 from inspector.core.merge.methods import Method
+from inspector.core.op import Op, register
 from inspector.core.packed import PackedTree
 from inspector.core.plan import Call, Plan
-from inspector.core.runner import resolve_device, run_once
 
 _F32 = np.dtype(np.float32)
 
@@ -103,11 +104,11 @@ def merge(method: str, trees, *, base=None, weights=None, device=None, **params)
     >>> merge("linear", [a, b], weights=[1, 3])["w"].tolist()
     [2.5, 1.0, 0.0, 0.75]
     """
-    return run_once(plan_merge(method, trees, base=base, weights=weights, device=device,
-                               **params))
+    return MERGE(method, trees, base=base, weights=weights, device=device, **params)
 
 
-merge.plan = plan_merge
+MERGE = Op("merge", plan_merge)
+register(merge, MERGE)
 
 
 def _statics(spec: Method, values: dict) -> tuple:
