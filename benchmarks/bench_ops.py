@@ -2,10 +2,12 @@
 
     python benchmarks/bench_ops.py [--quick]
 
-Prints, in one run on this machine: NumPy's copy bandwidth (the reference: a copy into a
-preallocated `out=`), then each op's achieved bandwidth and its ratio to that reference;
-compile seconds by leaf count; compilations during 20 weight changes; `describe` time for a
-100k-leaf tree. Medians with the spread (min-max) because the machine is shared and noisy.
+Prints, in one run on this machine: each op's achieved bandwidth, median (min-max) over its
+timed runs, and its ratio to the memory-bandwidth reference of `bandwidth.py` (the best of a
+one-thread NumPy copy, an all-core NumPy copy and an XLA copy into a donated output, of a 256
+MiB buffer), sampled between the op's own runs; then compile seconds by leaf count, including
+one jit over a whole unpacked tree (what `pack` avoids); compilations during 20 weight changes;
+`describe` time for a 100k-leaf tree. Medians with the spread because the machine is shared.
 Targets (issue 2): weighted-sum ratio >= 0.85 for P >= 1e7; compile <= 1 s at 10,000 leaves;
 0 recompiles; describe(100k leaves) <= 0.5 s.
 """
@@ -23,6 +25,7 @@ import jax.monitoring
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bandwidth import MIB, Reference, interleaved  # noqa: E402
 from trees import leaf_count_tree, transformer_like  # noqa: E402
 
 import inspector  # noqa: E402
@@ -38,36 +41,20 @@ def spread(times: list[float]) -> str:
     return f"{statistics.median(times) * 1e3:8.2f} ms ({lo:.2f}-{hi:.2f})"
 
 
-def device_copy_gbps(n: int, repeats: int) -> tuple[float, list[float]]:
-    """An accelerator's reference: XLA copying a buffer into a donated output."""
-    copy = jax.jit(lambda out, x: x + 0, donate_argnums=0, keep_unused=True)
-    x = jax.device_put(np.random.default_rng(0).standard_normal(n, dtype=np.float32))
-    out = copy(jax.numpy.zeros_like(x), x).block_until_ready()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = copy(out, x).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return 2 * x.nbytes / statistics.median(times) / 1e9, times
+def gbps_of(r) -> list[float]:
+    """GB/s of each timed execution of a `RunResult` (bytes read + written per second)."""
+    return [(r.bytes_read + r.bytes_written) / t / 1e9 for t in r.times]
 
 
-def numpy_copy_gbps(n: int, repeats: int) -> tuple[float, list[float]]:
-    src = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
-    out = np.empty_like(src)
-    np.copyto(out, src)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(out, src)
-        times.append(time.perf_counter() - start)
-    return 2 * src.nbytes / statistics.median(times) / 1e9, times
+def timed(op, *args, repeats: int):
+    """A `run_op` for `interleaved`: one `inspector.run` of `repeats` timed executions."""
+    return lambda: gbps_of(inspector.run(op, *args, repeats=repeats, warmup=1))
 
 
-def bench_weighted_sum(sizes, ks, repeats, ref_gbps):
-    print("\nweighted_sum, transformer-like float32 trees (packed: one kernel per dtype, donated "
-          "output)")
-    print(f"{'P':>8} {'K':>2} {'leaves':>6} {'median (min-max)':>28} {'GB/s':>7} {'ratio':>6}"
-          f" {'plain-tree GB/s':>15}")
+def bench_weighted_sum(ref, sizes, ks, rounds, repeats):
+    print("\nweighted_sum, transformer-like float32 trees: packed (one kernel per dtype, donated "
+          "output) and plain (one kernel per leaf shape)")
+    print(f"{'P':>6} {'K':>2} {'leaves':>6}  {'packed GB/s (min-max), ratio':<60} plain")
     for p in sizes:
         base = transformer_like(p)
         n_leaves = len(jax.tree.leaves(base))
@@ -77,14 +64,16 @@ def bench_weighted_sum(sizes, ks, repeats, ref_gbps):
                               for s in range(1, k)]
             packed = [inspector.pack(t) for t in trees]
             w = [1.0 / k] * k
-            r = inspector.run(inspector.weighted_sum, packed, w, repeats=repeats, warmup=2)
-            plain = inspector.run(inspector.weighted_sum, trees, w, repeats=max(3, repeats // 3))
-            print(f"{p:8.0e} {k:2d} {n_leaves:6d} {spread(list(r.times)):>28} {r.gbps:7.1f} "
-                  f"{r.gbps / ref_gbps:6.2f} {plain.gbps:15.1f}")
-            del trees, packed, r, plain
+            m = interleaved(ref, timed(inspector.weighted_sum, packed, w, repeats=repeats),
+                            rounds)
+            plain = interleaved(ref, timed(inspector.weighted_sum, trees, w, repeats=2),
+                                max(2, rounds // 2))
+            print(f"{p:6.0e} {k:2d} {n_leaves:6d}  {m.row():<60} {plain.median:5.1f} GB/s, "
+                  f"ratio {plain.ratio:.2f}")
+            del trees, packed
 
 
-def bench_other_ops(p, repeats, ref_gbps):
+def bench_other_ops(ref, p, rounds, repeats):
     print(f"\nother ops at P = {p:.0e} (leaf by leaf, one compile per distinct shape)")
     base = transformer_like(p)
     trees = [base, jax.tree.map(lambda x: x + 1, base), jax.tree.map(lambda x: x + 2, base),
@@ -96,9 +85,9 @@ def bench_other_ops(p, repeats, ref_gbps):
         ("index '1:3' of stack", inspector.index, (stacked, "1:3")),
     ]
     for name, op, args in cases:
-        r = inspector.run(op, *args, repeats=repeats, warmup=1)
-        print(f"{name:>22}: {spread(list(r.times))}  {r.gbps:6.1f} GB/s  ratio "
-              f"{r.gbps / ref_gbps:.2f}  ({r.n_kernels} kernels)")
+        n_kernels = inspector.run(op, *args, repeats=1).n_kernels
+        m = interleaved(ref, timed(op, *args, repeats=repeats), rounds)
+        print(f"{name:>22}: {m.row()}  ({n_kernels} kernels)")
 
 
 def bench_compile(leaf_counts):
@@ -150,27 +139,51 @@ def bench_describe(n_leaves, repeats):
     print(f"\ndescribe: {n} leaves, {len(rows)} rows: {spread(times)}")
 
 
+def bench_one_jit(leaf_counts):
+    """The README's "a minute at 10,000 leaves": one `jax.jit` over a whole unpacked tree
+    (XLA compiles one fusion per leaf), the cost that `pack` and per-shape kernels avoid."""
+    print("\none jit over the whole unpacked tree (weighted sum K = 2; what pack avoids)")
+    for n in leaf_counts:
+        t = leaf_count_tree(n)
+        t2 = jax.tree.map(lambda x: x * 2, t)
+        f = jax.jit(lambda a, b, w: jax.tree.map(lambda x, y: w[0] * x + w[1] * y, a, b))
+        start = time.perf_counter()
+        f.lower(t, t2, np.ones(2, np.float32)).compile()
+        print(f"{len(jax.tree.leaves(t)):7d} leaves: {time.perf_counter() - start:7.2f} s "
+              "compile")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--only", nargs="+", default=None,
+                        choices=["ws", "ops", "compile", "one-jit", "recompiles", "describe"],
+                        help="run only these parts")
     args = parser.parse_args()
     quick = args.quick
+    parts = set(args.only or ["ws", "ops", "compile", "one-jit", "recompiles", "describe"])
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({len(jax.devices())} "
           f"device(s)); numpy {np.__version__}")
-    ref, times = numpy_copy_gbps(int(5e7) if not quick else int(1e6), 9 if not quick else 3)
-    print(f"NumPy copy bandwidth (copyto into preallocated out, 200 MB): {ref:.1f} GB/s  "
-          f"[{spread(times)}]")
-    if jax.devices()[0].platform != "cpu":
-        ref, times = device_copy_gbps(int(5e7), 9)
-        print(f"{jax.devices()[0].platform} copy bandwidth (XLA, donated output, 200 MB): "
-              f"{ref:.1f} GB/s [{spread(times)}]; ratios below are against this")
-    sizes = [1e6, 1e7, 5e7] if not quick else [1e5]
-    ks = [2, 4, 8] if not quick else [2]
-    bench_weighted_sum(sizes, ks, repeats=15 if not quick else 3, ref_gbps=ref)
-    bench_other_ops(1e7 if not quick else 1e5, repeats=7 if not quick else 2, ref_gbps=ref)
-    bench_compile([100, 1000, 10000] if not quick else [100])
-    bench_recompiles()
-    bench_describe(100_000 if not quick else 1000, repeats=5 if not quick else 2)
+    if parts & {"ws", "ops"}:
+        ref = Reference(256 * MIB if not quick else 16 * MIB)
+        rounds, repeats = (5, 3) if not quick else (2, 2)
+        if "ws" in parts:
+            bench_weighted_sum(ref, [1e7, 5e7] if not quick else [1e5],
+                               [2, 4, 8] if not quick else [2], rounds, repeats)
+        if "ops" in parts:
+            bench_other_ops(ref, 1e7 if not quick else 1e5, rounds, repeats)
+        print(f"\nreference copies of {ref.src.nbytes // MIB} MiB over the whole run "
+              "(GB/s = read + written bytes / s):")
+        print(ref.summary())
+        ref.close()
+    if "compile" in parts:
+        bench_compile([100, 1000, 10000] if not quick else [100])
+    if "one-jit" in parts:
+        bench_one_jit([1000, 10000] if not quick else [100])
+    if "recompiles" in parts:
+        bench_recompiles()
+    if "describe" in parts:
+        bench_describe(100_000 if not quick else 1000, repeats=5 if not quick else 2)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/bench_ui.py [--leaves 10000 100000] [--repeats 5]
 
 Serves two pages per tree on 127.0.0.1 (`pn.serve` in a child process, so the server does not
-share a GIL with the test driver): `tree`, the tree view alone in a plain column, and `app`,
-the whole app (a `pmui.Page`) with that tree loaded; then drives Debian's chromium with
+share a GIL with the test driver): `app`, the whole app as `pytree-inspector CKPT` serves it (a
+`pmui.Page` with the built-in examples and the checkpoint, selected: what users get, and the
+figure the README quotes), and `tree`, the tree view alone in a plain column (for the expand
+figures, and to show what the page around the tree costs); then drives Debian's chromium with
 Playwright, a fresh browser context per repeat. Trees are transformer-like checkpoints
 (`inspector.examples.transformer_checkpoint`, 16 leaves per layer).
 
@@ -69,7 +71,9 @@ def _apps(loaded):
         return TreeView(new_state())
 
     def app_page():
-        return create_app(new_state())
+        # What `pytree-inspector ckpt` serves: the whole page, the built-in examples loaded
+        # too, the checkpoint selected.
+        return create_app(trees=[loaded], root="")
 
     return {"tree": tree_page, "app": app_page}
 
@@ -143,7 +147,7 @@ def main() -> None:
             try:
                 print(server.stdout.readline().strip())
                 _wait_live(port)
-                for app in ("tree", "app"):
+                for app in ("app", "tree"):
                     url = f"http://127.0.0.1:{port}/{app}"
                     measure(browser, url, n_layers, expand=False)  # warm the browser cache
                     runs = [measure(browser, url, n_layers, expand=app == "tree")

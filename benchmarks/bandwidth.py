@@ -1,0 +1,141 @@
+"""The memory-bandwidth reference that every benchmark ratio divides by.
+
+The limit of every op here is memory bandwidth, and it moves from run to run on a shared
+machine (20-60 GB/s on the same 2 cores). So the reference is measured in the same run,
+interleaved with the op it judges, as the best of three copies of a 256 MiB buffer:
+
+- `numpy 1 thread`: `np.copyto` into a preallocated (already faulted-in) buffer;
+- `numpy N threads`: the same copy split into one slice per core, copied by a thread each
+  (NumPy releases the GIL while copying);
+- `xla donated`: a jitted copy that writes into a donated output buffer (`keep_unused=True`,
+  or JAX prunes the donated argument and allocates a fresh output, which page-faults).
+
+A copy moves 2 x 256 MiB (read + write); op figures count the same way (bytes read + bytes
+written, `RunResult.gbps`). Use it like this (or call `interleaved`):
+
+    ref = Reference()                 # allocates and warms the buffers once (1 GiB)
+    for _ in range(rounds):
+        ref.sample()                  # one copy of each kind
+        r = inspector.run(op, ...)    # the op being judged, between reference samples
+    ref.best()                        # (name, median GB/s) of the best kind of copy
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+MIB = 1 << 20
+ONE_THREAD, ALL_CORES, XLA_DONATED = "numpy 1 thread", "numpy {n} threads", "xla donated"
+
+
+class Reference:
+    """Three ways to copy one 256 MiB buffer, each timed on demand; keeps every sample."""
+
+    def __init__(self, nbytes: int = 256 * MIB, threads: int | None = None):
+        self.threads = threads or os.cpu_count() or 1
+        n = nbytes // 4
+        self.src = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+        self.dst = np.empty_like(self.src)
+        np.copyto(self.dst, self.src)  # fault the pages in once, as a reused buffer would be
+        self.moved = 2 * self.src.nbytes
+        bounds = np.linspace(0, n, self.threads + 1).astype(int)
+        self._slices = [(self.dst[a:b], self.src[a:b])
+                        for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        self._pool = ThreadPoolExecutor(self.threads)
+        self._copy = jax.jit(lambda out, x: x + jnp.float32(0), donate_argnums=0,
+                             keep_unused=True)
+        self._x = jax.device_put(self.src)
+        self._out = self._copy(jnp.zeros_like(self._x), self._x).block_until_ready()
+        self.names = [ONE_THREAD, ALL_CORES.format(n=self.threads), XLA_DONATED]
+        self.samples: dict[str, list[float]] = {name: [] for name in self.names}
+
+    def _numpy_one(self) -> None:
+        np.copyto(self.dst, self.src)
+
+    def _numpy_all(self) -> None:
+        list(self._pool.map(lambda pair: np.copyto(*pair), self._slices))
+
+    def _xla(self) -> None:
+        self._out = self._copy(self._out, self._x).block_until_ready()
+
+    def sample(self) -> dict[str, float]:
+        """Times one copy of each kind; records and returns their GB/s (1e9 bytes/s)."""
+        out = {}
+        copies = (self._numpy_one, self._numpy_all, self._xla)
+        for name, copy in zip(self.names, copies, strict=True):
+            start = time.perf_counter()
+            copy()
+            gbps = self.moved / (time.perf_counter() - start) / 1e9
+            self.samples[name].append(gbps)
+            out[name] = gbps
+        return out
+
+    def medians(self, since: int = 0) -> dict[str, float]:
+        """Median GB/s of each kind over its samples from index `since` on."""
+        return {name: statistics.median(s[since:]) for name, s in self.samples.items()}
+
+    def best(self, since: int = 0) -> tuple[str, float]:
+        """The kind of copy with the highest median GB/s, and that median."""
+        return max(self.medians(since).items(), key=lambda item: item[1])
+
+    def summary(self, since: int = 0) -> str:
+        """One line per kind: median GB/s (min-max, n), the best marked."""
+        best = self.best(since)[0]
+        lines = []
+        for name, s in self.samples.items():
+            s = s[since:]
+            mark = "  <- reference" if name == best else ""
+            lines.append(f"  {name:>16}: {statistics.median(s):6.1f} GB/s "
+                         f"({min(s):.1f}-{max(s):.1f}, n={len(s)}){mark}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        self._pool.shutdown()
+        del self._x, self._out
+
+
+@dataclass
+class Measurement:
+    """An op's GB/s samples and the reference samples taken between them."""
+
+    op_gbps: list[float]
+    reference: str
+    reference_gbps: float
+    reference_medians: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.op_gbps)
+
+    @property
+    def ratio(self) -> float:
+        return self.median / self.reference_gbps
+
+    def row(self) -> str:
+        """`GB/s median (min-max)  ratio r  [vs <reference> g GB/s]`."""
+        return (f"{self.median:6.1f} GB/s ({min(self.op_gbps):.1f}-{max(self.op_gbps):.1f}) "
+                f" ratio {self.ratio:4.2f}  [vs {self.reference} {self.reference_gbps:.1f}]")
+
+
+def interleaved(ref: Reference, run_op: Callable[[], list[float]], rounds: int = 5
+                ) -> Measurement:
+    """Alternates `ref.sample()` with `run_op()` (which returns GB/s figures) `rounds` times,
+    then one last reference sample; the ratio divides the op's median by the best reference
+    median of the samples taken around it."""
+    since = len(ref.samples[ref.names[0]])
+    op: list[float] = []
+    for _ in range(rounds):
+        ref.sample()
+        op.extend(run_op())
+    ref.sample()
+    name, gbps = ref.best(since)
+    return Measurement(op, name, gbps, ref.medians(since))
