@@ -9,6 +9,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import structure_of, unpacked
+from inspector.core.value_diff import ATOL, RTOL, leaf_value_stats
 
 MISSING, EXTRA, SHAPE, DTYPE, TYPE, VALUE = "missing", "extra", "shape", "dtype", "type", "value"
 
@@ -25,6 +26,8 @@ class Difference:
             description of the missing/extra subtree; `None` for the side that lacks it.
         max_abs: for `value`: max |a - b| over the leaf (NaN where the NaN patterns differ).
         rel_l2: for `value`: ||a - b|| / ||a|| (inf when `a` is all zeros).
+        cosine: for `value`: <a, b> / (||a|| ||b||), in float32.
+        frac_changed: for `value`: the fraction of elements with |a - b| > atol + rtol |b|.
     """
 
     path: str
@@ -33,6 +36,8 @@ class Difference:
     b: object
     max_abs: float | None = None
     rel_l2: float | None = None
+    cosine: float | None = None
+    frac_changed: float | None = None
 
     def __str__(self) -> str:
         where = self.path or "(root)"
@@ -42,11 +47,13 @@ class Difference:
             return f"{where}: only in the second tree ({self.b})"
         if self.kind == VALUE:
             return (f"{where}: values differ, max |a-b| = {self.max_abs:.6g}, "
-                    f"rel L2 = {self.rel_l2:.3g}")
+                    f"rel L2 = {self.rel_l2:.3g}, cosine = {self.cosine:.7g}, "
+                    f"{self.frac_changed:.3%} changed")
         return f"{where}: {self.kind} {self.a} vs {self.b}"
 
 
-def diff(a, b, values: bool = False) -> list[Difference]:
+def diff(a, b, values: bool = False, rtol: float = RTOL, atol: float = ATOL,
+         device=None, progress=None) -> list[Difference]:
     """Returns every difference between trees `a` and `b`, in pre-order of key paths.
 
     Children are matched by key (dict key, index, attribute), so a dict-vs-FrozenDict or
@@ -55,7 +62,13 @@ def diff(a, b, values: bool = False) -> list[Difference]:
 
     Args:
         a, b: pytrees (or packed trees, or trees of lazy checkpoint leaves).
-        values: also compare the values of leaves that match in shape; reads their data.
+        values: also compare the values of leaves that match in shape; reads their data (each
+            leaf once, lazy leaves a few at a time) and reduces each pair with a compiled kernel
+            (one per distinct shape and dtypes): max |a-b|, relative L2, cosine, and the
+            fraction of elements changed beyond `atol + rtol * |b|`.
+        rtol, atol: that tolerance (np.isclose's defaults).
+        device: where the value reductions run.
+        progress: `progress(done, total)` after each chunk of leaves compared.
 
     Returns:
         A list of `Difference`; empty when the trees agree.
@@ -68,12 +81,35 @@ def diff(a, b, values: bool = False) -> list[Difference]:
     """
     view = unpacked if values else structure_of
     a, b = view(a), view(b)
-    out: list[Difference] = []
+    out: list = []
     try:
         _compare(a, b, "", values, out, 0)
     except nodes.DepthExceeded:
         raise nodes.too_deep(a, b) from None
+    if values:
+        pending = [d for d in out if isinstance(d, _Pending)]
+        stats = iter(leaf_value_stats([(p.a, p.b) for p in pending], rtol, atol, device,
+                                      progress))
+        done = []
+        for d in out:
+            if isinstance(d, _Pending):
+                s = next(stats)
+                if s.max_abs != 0:
+                    done.append(Difference(d.path, VALUE, None, None, s.max_abs, s.rel_l2,
+                                           s.cosine, s.frac_changed))
+            else:
+                done.append(d)
+        out = done
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """Two same-shape leaves whose values are compared once the walk is over (all at once)."""
+
+    path: str
+    a: object
+    b: object
 
 
 def summary(node) -> str:
@@ -127,9 +163,7 @@ def _compare_leaves(a, b, path: str, values: bool, out: list) -> None:
     if dtype_a != dtype_b:
         out.append(Difference(path, DTYPE, dtype_a, dtype_b))
     if values and shape_a == shape_b:
-        max_abs, rel_l2 = value_difference(a, b)
-        if max_abs != 0:
-            out.append(Difference(path, VALUE, None, None, max_abs, rel_l2))
+        out.append(_Pending(path, a, b))
 
 
 def value_difference(a, b) -> tuple[float, float]:

@@ -1,0 +1,102 @@
+"""`diff(a, b, values=True)`: max |a-b|, relative L2, cosine and fraction changed per leaf,
+against NumPy float64; one kernel per distinct shape; lazy leaves streamed."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import inspector
+from inspector.core.lazy import LazyArray
+from inspector.core.value_diff import leaf_value_stats
+
+
+def tree(seed, n=3):
+    rng = np.random.default_rng(seed)
+    return {f"layer{i}": {"w": rng.standard_normal((16, 8)).astype(np.float32),
+                          "b": rng.standard_normal(8).astype(np.float32)} for i in range(n)}
+
+
+def reference(x, y, rtol, atol):
+    x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+    d = x - y
+    return (np.abs(d).max(), np.linalg.norm(d) / np.linalg.norm(x),
+            x @ y / (np.linalg.norm(x) * np.linalg.norm(y)),
+            np.mean(~np.isclose(y + d, y, rtol=rtol, atol=atol)))
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["tree", "packed"])
+def test_every_figure_against_numpy_float64(packed):
+    a = tree(0)
+    b = {k: dict(v) for k, v in a.items()}
+    b["layer0"]["w"] = a["layer0"]["w"] + np.float32(1e-3) * np.arange(128, dtype=np.float32
+                                                                         ).reshape(16, 8)
+    b["layer2"]["b"] = -a["layer2"]["b"]
+    b["layer1"]["w"] = a["layer1"]["w"].copy()
+    b["layer1"]["w"][3, :2] += np.float32(0.5)
+    args = (inspector.pack(a), inspector.pack(b)) if packed else (a, b)
+    found = inspector.diff(*args, values=True, rtol=1e-4, atol=1e-3)
+    assert [d.path for d in found] == ["['layer0']['w']", "['layer1']['w']", "['layer2']['b']"]
+    for d in found:
+        layer, leaf = (p.strip("[']") for p in d.path.split("]["))
+        x, y = a[layer][leaf], b[layer][leaf]
+        max_abs, rel, cos, frac = reference(x, y, 1e-4, 1e-3)
+        assert d.kind == "value"
+        assert d.max_abs == pytest.approx(max_abs, rel=1e-6)
+        assert d.rel_l2 == pytest.approx(rel, rel=1e-5)
+        assert d.cosine == pytest.approx(cos, abs=1e-6)
+        assert d.frac_changed == pytest.approx(frac, abs=1e-9)
+    assert found[1].frac_changed == pytest.approx(2 / 128)
+    assert found[2].cosine == pytest.approx(-1.0)
+    assert "cosine = " in str(found[0]) and "% changed" in str(found[0])
+
+
+def test_half_precision_complex_and_nan_rules():
+    h = np.array([1, 2, 3, 4], ml_dtypes.bfloat16)
+    (d,) = inspector.diff({"h": h}, {"h": h * 2}, values=True)
+    assert (d.max_abs, d.frac_changed) == (4.0, 1.0) and d.cosine == pytest.approx(1.0)
+    c = np.array([1 + 1j, 2 - 1j], np.complex64)
+    (d,) = inspector.diff({"c": c}, {"c": c * 1j}, values=True)
+    x, y = c.astype(np.complex128), (c * 1j).astype(np.complex128)
+    assert d.cosine == pytest.approx(np.real(np.vdot(x, y)) / np.linalg.norm(x) ** 2, abs=1e-6)
+    assert d.max_abs == pytest.approx(np.abs(x - y).max(), rel=1e-6)
+    nan = np.array([np.nan, 1.0, np.inf])
+    assert inspector.diff(nan, nan.copy(), values=True) == []
+    (d,) = inspector.diff(nan, np.array([1.0, np.nan, np.inf]), values=True)
+    assert np.isnan(d.max_abs) and np.isnan(d.cosine) and d.frac_changed == pytest.approx(2 / 3)
+
+
+def test_zero_leaves():
+    s = leaf_value_stats([(np.zeros(3), np.zeros(3)), (np.zeros(3), np.ones(3)),
+                          (np.zeros((0, 2)), np.zeros((0, 2)))])
+    assert (s[0].cosine, s[0].rel_l2, s[0].frac_changed) == (1.0, 0.0, 0.0)
+    assert (s[1].cosine, s[1].rel_l2, s[1].max_abs, s[1].frac_changed) == (0.0, np.inf, 1.0, 1.0)
+    assert (s[2].max_abs, s[2].frac_changed, s[2].size) == (0.0, 0.0, 0)
+
+
+def test_one_kernel_per_shape_and_new_tolerances_never_recompile():
+    a, b = tree(1, n=30), tree(2, n=30)
+    inspector.diff(a, b, values=True)
+    before = inspector.compile_count()
+    for i in range(5):
+        found = inspector.diff(a, b, values=True, rtol=10.0 ** -i, atol=0.1 * i)
+    assert inspector.compile_count() == before
+    assert len(found) == 60
+
+
+def test_lazy_leaves_are_read_once_and_progress_is_reported():
+    a, b = tree(3, n=100), tree(4, n=100)
+    reads = []
+
+    def lazy(t, name):
+        return {k: {n: LazyArray(v.shape, v.dtype,
+                                 lambda v=v, p=(name, k, n): reads.append(p) or v)
+                    for n, v in sub.items()} for k, sub in t.items()}
+
+    seen = []
+    found = inspector.diff(lazy(a, "a"), lazy(b, "b"), values=True,
+                           progress=lambda done, total: seen.append((done, total)))
+    assert len(found) == 200 and len(reads) == 400 and len(set(reads)) == 400
+    assert seen == [(64, 200), (128, 200), (192, 200), (200, 200)]
+    d = next(x for x in found if x.path == "['layer7']['w']")
+    assert d.rel_l2 == pytest.approx(reference(a["layer7"]["w"], b["layer7"]["w"], 1e-5,
+                                               1e-8)[1], rel=1e-5)
