@@ -46,7 +46,7 @@ _EXPORTS = {
     "index": "inspector.core.indexing",
     "parse_index": "inspector.core.index_parse",
     "format_index": "inspector.core.index_parse",
-    "merge": "inspector.core.merge",
+    "merge": "inspector.streaming",
     "stack": "inspector.core.stacking",
     "unstack": "inspector.core.stacking",
     # meshes and sharded trees

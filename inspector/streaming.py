@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from inspector.core import merge as _merge
 from inspector.core import weighted_sum as _ws
 from inspector.core.lazy_result import lazy_result
 from inspector.core.op import register
@@ -46,3 +47,34 @@ def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = No
 
 
 register(weighted_sum, _ws.WEIGHTED_SUM)
+
+
+def merge(method: str, trees, *, base=None, weights=None, device=None,
+          out: str | os.PathLike | None = None, **params):
+    """Returns `trees` merged by `method`; with `out=`, streamed into that file.
+
+    Without `out`, this is `inspector.core.merge.merge` (the methods, their parameters and
+    defaults are documented there). With `out="merged.safetensors"` (or `.npz`), each output
+    leaf is computed from its input leaves (read once) and written before the next is read:
+    checkpoints larger than memory merge with one leaf of each input in memory at a time. Every
+    check runs before anything is read or written.
+
+    Returns:
+        The merged tree; with `out`, `inspector.load(out)` (lazy leaves over the file).
+
+    >>> import tempfile, numpy as np
+    >>> path = tempfile.mkdtemp() + "/soup.safetensors"
+    >>> a, b = {"w": np.zeros(2, np.float32)}, {"w": np.ones(2, np.float32)}
+    >>> np.asarray(merge("linear", [a, b], weights=[1, 3], out=path)["w"]).tolist()
+    [0.75, 0.75]
+    """
+    if out is None:
+        return _merge.merge(method, trees, base=base, weights=weights, device=device, **params)
+    unpack = lambda t: t.unpack() if isinstance(t, PackedTree) else t  # noqa: E731
+    plan = _merge.plan_merge(method, [unpack(t) for t in trees],
+                             base=None if base is None else unpack(base), weights=weights,
+                             device=device, **params)
+    return write_streamed(lazy_result(plan), out)
+
+
+register(merge, _merge.MERGE)

@@ -88,3 +88,28 @@ def test_run_still_finds_the_public_weighted_sum():
     r = inspector.run(inspector.weighted_sum, [{"a": np.ones(3)}, {"a": np.ones(3)}], [1, 2],
                       repeats=1)
     assert r.op == "weighted_sum" and np.asarray(r.result["a"]).tolist() == [3.0] * 3
+
+
+def test_merge_streams_into_a_file_reading_each_leaf_once(tmp_path):
+    rng = np.random.default_rng(5)
+    base = {f"w{i}": rng.normal(size=(30, 20)).astype(np.float32) for i in range(12)}
+    tuned = [{k: v + 0.1 * rng.normal(size=v.shape).astype(np.float32) for k, v in base.items()}
+             for _ in range(2)]
+    tracker = Tracker()
+    lazy = lambda t, n: {k: tracker.lazy(v, f"{n}{k}") for k, v in t.items()}  # noqa: E731
+    kw = dict(weights=[1.0, 0.5], density=0.3, lam=0.9)
+    out = inspector.merge("ties", [lazy(t, i) for i, t in enumerate(tuned)],
+                          base=lazy(base, "base"), out=tmp_path / "ties.safetensors", **kw)
+    assert isinstance(out["w3"], LazyArray)
+    assert tracker.reads == 36 and tracker.peak <= 3  # one output leaf's inputs at a time
+    memory = inspector.merge("ties", tuned, base=base, **kw)
+    for k in base:
+        np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(memory[k]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ties.safetensors"]
+
+
+def test_merge_with_out_checks_everything_before_writing(tmp_path):
+    a = {"w": np.ones(3, np.float32)}
+    with pytest.raises(inspector.InspectorError, match="'ties' needs base="):
+        inspector.merge("ties", [a, a], out=tmp_path / "x.safetensors")
+    assert list(tmp_path.iterdir()) == []

@@ -124,9 +124,9 @@ def _float_params(spec: Method, values: dict, k: int) -> np.ndarray:
 
 
 def _leaf_key(seed: int, leaf_id: int) -> np.ndarray:
-    """The random state of one leaf's DARE masks: an "rbg" key (XLA's RngBitGenerator) made of
-    the seed and the leaf's index, so packed and plain trees draw the same masks, and making it
-    costs no JAX call (threefry keys compile 3x slower and run slower on CPUs)."""
+    """The random state of one leaf's DARE masks (`kernels.uniform`): the seed and the leaf's
+    index, so packed and plain trees draw the same masks; a traced argument, so a new seed
+    never recompiles."""
     return np.array([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF, leaf_id, 0x6D657267],
                     np.uint32)
 
@@ -150,7 +150,7 @@ def _compute(name: str, k: int, statics: tuple, flat: list, fp, ip, key):
     if name == "task_arithmetic":
         return kernels.task_arithmetic(base, xs, weights, lam, normalize=flags["normalize"])
     return kernels.general_task_arithmetic(
-        base, xs, weights, density, ip[:k], lam, jax.random.wrap_key_data(key, impl="rbg"),
+        base, xs, weights, density, ip[:k], lam, key,
         sparsify="magnitude" if name == "ties" else "random",
         consensus=name in ("ties", "dare_ties"),
         normalize=flags["normalize"], rescale=flags["rescale"])

@@ -1,0 +1,144 @@
+"""Benchmark of `inspector.merge` and the value diff: time per run, bandwidth ratio, recompiles.
+
+    .venv/bin/python benchmarks/bench_merge.py [--params 1e7] [--ks 2,3] [--mb 1144]
+
+Prints, in one run on this machine:
+1. the bandwidth reference (best of a NumPy copy and an XLA copy into a donated buffer, as in
+   bench_ops);
+2. every merge method on K packed transformer-like float32 trees of `--params` parameters plus
+   a base: steady-state median (min-max) per run, achieved GB/s (the op's own bytes: K trees +
+   base read, one tree written), its ratio to the reference, and its time over the time of a
+   `weighted_sum` of the same K packed trees in the same run (issue 13 aims TIES at <= 3x);
+3. compilations during 20 parameter changes per method (target 0);
+4. `diff(a, b, values=True)` of two `--mb` MiB safetensors checkpoints (lazy) against the time
+   to read both once (every leaf into memory), interleaved, medians of 3 (target <= 2x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_ops import device_copy_gbps, numpy_copy_gbps, spread  # noqa: E402
+from trees import transformer_like  # noqa: E402
+
+import inspector  # noqa: E402
+
+PARAMS = {
+    "linear": lambda k, i=0: {"weights": [1.0 + 0.1 * i] + [1.0] * (k - 1)},
+    "task_arithmetic": lambda k, i=0: {"weights": [0.5 + 0.01 * i] * k, "lam": 0.9},
+    "ties": lambda k, i=0: {"weights": [1.0] * k, "density": 0.2 + 0.01 * i},
+    "dare_linear": lambda k, i=0: {"weights": [1.0] * k, "density": 0.3, "seed": i},
+    "dare_ties": lambda k, i=0: {"weights": [1.0] * k, "density": 0.3 + 0.01 * i, "seed": i},
+    "slerp": lambda k, i=0: {"t": 0.3 + 0.01 * i},
+    "model_stock": lambda k, i=0: {},
+}
+NO_BASE = ("linear", "slerp")
+
+
+def reference_gbps(n: int, repeats: int) -> float:
+    best = 0.0
+    for _ in range(3):  # interleaved, best of three: the machine is shared
+        best = max(best, numpy_copy_gbps(n, repeats)[0], device_copy_gbps(n, repeats)[0])
+    return best
+
+
+def models(p: float, k: int):
+    base = transformer_like(p, seed=0)
+    rng = np.random.default_rng(1)
+    tuned = [jax.tree.map(lambda x: x + np.float32(0.01) * rng.standard_normal(
+        x.shape, dtype=np.float32), base) for _ in range(k)]
+    return inspector.pack(base), [inspector.pack(t) for t in tuned]
+
+
+def bench_methods(p: float, ks: list[int], repeats: int, ref: float) -> None:
+    print(f"\nmerge of K packed float32 trees of {p:.0e} parameters (+ a base where the method "
+          "needs one); reference copy bandwidth {ref:.1f} GB/s".replace("{ref:.1f}",
+                                                                      f"{ref:.1f}"))
+    print(f"{'method':>16} {'K':>2} {'median (min-max)':>28} {'GB/s':>6} {'ratio':>6}"
+          f" {'x weighted_sum':>15} {'recompiles/20':>14}")
+    for k in ks:
+        base, tuned = models(p, k)
+        ws = inspector.run(inspector.weighted_sum, tuned, [1.0 / k] * k, repeats=repeats,
+                           warmup=2)
+        print(f"{'weighted_sum':>16} {k:>2} {spread(list(ws.times)):>28} {ws.gbps:6.1f}"
+              f" {ws.gbps / ref:6.2f} {1.0:15.2f} {'':>14}")
+        for method, params in PARAMS.items():
+            if method == "slerp" and k != 2:
+                continue
+            b = None if method in NO_BASE else base
+            r = inspector.run(inspector.merge, method, tuned, base=b, **params(k), warmup=1,
+                              repeats=repeats)
+            before = inspector.compile_count()
+            for i in range(1, 21):
+                inspector.merge(method, tuned, base=b, **params(k, i))
+            recompiles = inspector.compile_count() - before
+            print(f"{method:>16} {k:>2} {spread(list(r.times)):>28} {r.gbps:6.1f}"
+                  f" {r.gbps / ref:6.2f} {r.median_seconds / ws.median_seconds:15.2f}"
+                  f" {recompiles:>14}")
+        del base, tuned
+
+
+def bench_value_diff(mb: float) -> None:
+    from bench_load import flat_arrays, transformer_shapes, write_safetensors
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for seed in range(2):
+            folder = Path(tmp) / f"ckpt{seed}"
+            folder.mkdir()
+            flat = flat_arrays(transformer_shapes(int(mb * 2**20)), seed=seed)
+            paths.append(write_safetensors(flat, folder))
+            del flat
+        n_bytes = sum(p.stat().st_size for p in paths)
+
+        def read_once():
+            for path in paths:
+                for leaf in jax.tree.leaves(inspector.load(path)):
+                    np.asarray(leaf)
+
+        def value_diff():
+            return inspector.diff(inspector.load(paths[0]), inspector.load(paths[1]),
+                                  values=True)
+
+        read_once()  # both files in the page cache, as for every timed run after
+        found = value_diff()  # compiles
+        reads, diffs = [], []
+        for _ in range(3):
+            start = time.perf_counter()
+            read_once()
+            reads.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            value_diff()
+            diffs.append(time.perf_counter() - start)
+        ratio = statistics.median(diffs) / statistics.median(reads)
+        print(f"\nvalue diff of two {mb:.0f} MiB safetensors checkpoints ({n_bytes / 1e9:.2f} GB "
+              f"in all, {len(found)} leaves differ)")
+        print(f"  read both once      {spread(reads)}")
+        print(f"  diff(values=True)   {spread(diffs)}")
+        print(f"  ratio {ratio:.2f} (target <= 2) {'ok' if ratio <= 2 else 'MISSED'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=float, default=1e7)
+    parser.add_argument("--ks", default="2,3")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--mb", type=float, default=1144, help="each checkpoint (0: skip)")
+    args = parser.parse_args()
+    ref = reference_gbps(int(args.params), args.repeats)
+    bench_methods(args.params, [int(k) for k in args.ks.split(",")], args.repeats, ref)
+    if args.mb:
+        bench_value_diff(args.mb)
+
+
+if __name__ == "__main__":
+    main()
