@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_merge.py [--params 1e7] [--ks 2,3] [--mb 1144]
 
 Prints, in one run on this machine:
-1. the bandwidth reference (best of a NumPy copy and an XLA copy into a donated buffer, as in
-   bench_ops);
+1. the bandwidth reference (`bandwidth.Reference`: best of three kinds of copy, sampled between
+   the runs of each op, as bench_ops does);
 2. every merge method on K packed transformer-like float32 trees of `--params` parameters plus
    a base: steady-state median (min-max) per run, achieved GB/s (the op's own bytes: K trees +
    base read, one tree written), its ratio to the reference, and its time over the time of a
@@ -27,7 +27,8 @@ import jax
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_ops import device_copy_gbps, numpy_copy_gbps, spread  # noqa: E402
+from bandwidth import Reference, interleaved  # noqa: E402
+from bench_ops import spread  # noqa: E402
 from trees import transformer_like  # noqa: E402
 
 import inspector  # noqa: E402
@@ -44,11 +45,17 @@ PARAMS = {
 NO_BASE = ("linear", "slerp")
 
 
-def reference_gbps(n: int, repeats: int) -> float:
-    best = 0.0
-    for _ in range(3):  # interleaved, best of three: the machine is shared
-        best = max(best, numpy_copy_gbps(n, repeats)[0], device_copy_gbps(n, repeats)[0])
-    return best
+class Timed:
+    """A `run_op` for `interleaved` that also keeps every timed execution's seconds."""
+
+    def __init__(self, op, *args, repeats: int, **kwargs):
+        self.call = lambda: inspector.run(op, *args, repeats=repeats, warmup=1, **kwargs)
+        self.times: list[float] = []
+
+    def __call__(self) -> list[float]:
+        r = self.call()
+        self.times.extend(r.times)
+        return [(r.bytes_read + r.bytes_written) / t / 1e9 for t in r.times]
 
 
 def models(p: float, k: int):
@@ -59,32 +66,33 @@ def models(p: float, k: int):
     return inspector.pack(base), [inspector.pack(t) for t in tuned]
 
 
-def bench_methods(p: float, ks: list[int], repeats: int, ref: float) -> None:
-    print(f"\nmerge of K packed float32 trees of {p:.0e} parameters (+ a base where the method "
-          "needs one); reference copy bandwidth {ref:.1f} GB/s".replace("{ref:.1f}",
-                                                                      f"{ref:.1f}"))
-    print(f"{'method':>16} {'K':>2} {'median (min-max)':>28} {'GB/s':>6} {'ratio':>6}"
+def bench_methods(ref: Reference, p: float, ks: list[int], rounds: int, repeats: int) -> None:
+    print(f"\nmerge of K packed transformer-like float32 trees of {p:.0e} parameters (+ a base "
+          "where the method needs one); GB/s counts the op's own bytes")
+    print(f"{'method':>16} {'K':>2} {'median (min-max) per run':>30} {'GB/s':>6} {'ratio':>6}"
           f" {'x weighted_sum':>15} {'recompiles/20':>14}")
     for k in ks:
         base, tuned = models(p, k)
-        ws = inspector.run(inspector.weighted_sum, tuned, [1.0 / k] * k, repeats=repeats,
-                           warmup=2)
-        print(f"{'weighted_sum':>16} {k:>2} {spread(list(ws.times)):>28} {ws.gbps:6.1f}"
-              f" {ws.gbps / ref:6.2f} {1.0:15.2f} {'':>14}")
+        ws_op = Timed(inspector.weighted_sum, tuned, [1.0 / k] * k, repeats=repeats)
+        ws = interleaved(ref, ws_op, rounds)
+        ws_time = statistics.median(ws_op.times)
+        print(f"{'weighted_sum':>16} {k:>2} {spread(ws_op.times):>30} {ws.median:6.1f}"
+              f" {ws.ratio:6.2f} {1.0:15.2f} {'':>14}")
         for method, params in PARAMS.items():
             if method == "slerp" and k != 2:
                 continue
             b = None if method in NO_BASE else base
-            r = inspector.run(inspector.merge, method, tuned, base=b, **params(k), warmup=1,
-                              repeats=repeats)
+            op = Timed(inspector.merge, method, tuned, base=b, repeats=repeats, **params(k))
+            m = interleaved(ref, op, rounds)
             before = inspector.compile_count()
             for i in range(1, 21):
                 inspector.merge(method, tuned, base=b, **params(k, i))
             recompiles = inspector.compile_count() - before
-            print(f"{method:>16} {k:>2} {spread(list(r.times)):>28} {r.gbps:6.1f}"
-                  f" {r.gbps / ref:6.2f} {r.median_seconds / ws.median_seconds:15.2f}"
-                  f" {recompiles:>14}")
+            print(f"{method:>16} {k:>2} {spread(op.times):>30} {m.median:6.1f} {m.ratio:6.2f}"
+                  f" {statistics.median(op.times) / ws_time:15.2f} {recompiles:>14}")
         del base, tuned
+    print("reference copies (sampled between the runs above):")
+    print(ref.summary())
 
 
 def bench_value_diff(mb: float) -> None:
@@ -131,11 +139,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, default=1e7)
     parser.add_argument("--ks", default="2,3")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3, help="reference samples per op")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per round")
     parser.add_argument("--mb", type=float, default=1144, help="each checkpoint (0: skip)")
     args = parser.parse_args()
-    ref = reference_gbps(int(args.params), args.repeats)
-    bench_methods(args.params, [int(k) for k in args.ks.split(",")], args.repeats, ref)
+    ref = Reference()
+    bench_methods(ref, args.params, [int(k) for k in args.ks.split(",")], args.rounds,
+                  args.repeats)
+    ref.close()
     if args.mb:
         bench_value_diff(args.mb)
 
