@@ -335,3 +335,34 @@ def test_ties_keeps_exactly_k_when_magnitudes_tie():
     out = inspector.merge("ties", [a], base=base, density=0.5)
     np.testing.assert_array_equal(np.asarray(out["w"]), [0, -3, 2, 3, 0, 3, 0, 0])
     np.testing.assert_array_equal(ref.trim(a["w"].astype(np.float64), 0.5), out["w"])
+
+
+@pytest.mark.parametrize("n", [1, 7, 100, 70_000])
+def test_kth_largest_by_bisection_matches_a_sort(n):
+    import jax.numpy as jnp
+
+    from inspector.core.merge import kernels
+
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((2, n)).astype(np.float32)
+    x[1, : n // 3] = 0.0  # many ties at zero
+    x[0, n // 2:] = np.round(x[0, n // 2:], 1)  # and ties elsewhere
+    bits = jax.lax.bitcast_convert_type(jnp.abs(jnp.asarray(x)), jnp.int32)
+    for ks in ([1, 1], [max(1, n // 2), n // 3 + 1], [n, n], [max(1, n // 5), max(1, n // 4)]):
+        got = np.asarray(kernels.kth_largest_bits(bits, jnp.array(ks, jnp.int32)))
+        for r in range(2):
+            expected = np.sort(np.abs(x[r]))[::-1][min(ks[r], n) - 1]
+            assert got[r] == np.float32(expected).view(np.int32), (ks, r)
+
+
+def test_dare_draws_are_uniform_and_independent_across_leaves_and_models():
+    from inspector.core.merge import kernels
+
+    u = np.asarray(kernels.uniform(np.array([0, 1, 2, 3], np.uint32), (2, 200_000)))
+    assert u.min() >= 0 and u.max() < 1
+    counts = np.histogram(u[0], bins=20, range=(0, 1))[0]
+    assert np.all(np.abs(counts / 10_000 - 1) < 0.05)
+    other_leaf = np.asarray(kernels.uniform(np.array([0, 1, 3, 3], np.uint32), (2, 200_000)))
+    for a, b in [(u[0], u[1]), (u[0], other_leaf[0])]:
+        assert abs(np.corrcoef(a, b)[0, 1]) < 0.01
+        assert abs(np.mean((a < 0.3) & (b < 0.3)) - 0.09) < 0.005
