@@ -58,7 +58,7 @@ def _free_port() -> int:
 
 def _apps(loaded):
     from inspector.ui.app import create_app
-    from inspector.ui.state import InspectorState
+    from inspector.ui.session.state import InspectorState
     from inspector.ui.tree_view import TreeView
 
     def new_state():
@@ -111,7 +111,7 @@ def serve(n_layers: int, port: int) -> None:
     import panel as pn
 
     from inspector import examples
-    from inspector.ui.operations import prepare
+    from inspector.ui.session.loaded import prepare
 
     start = time.perf_counter()
     loaded = prepare("ckpt", examples.transformer_checkpoint(n_layers=n_layers), "bench")

@@ -48,6 +48,6 @@ print("sgd step:", [round(float(v), 4) for v in step["w"]])
 
 # %%
 insp = inspector.show(t1=t1, t2=t2, t3=t3)
-insp.state.ws_weights = [1, 2, 3]
+insp.state.ops["weighted_sum"].weights = [1, 2, 3]
 insp.run()
 insp  # noqa: B018 (a cell's last expression is what a notebook displays)

@@ -35,6 +35,6 @@ except inspector.IndexOutOfRangeError as error:
 insp = inspector.show(tree)
 insp.state.op = "index"
 for subtree, text in {"[0]": "1", "[1]": "1:3", "[3]": "-1"}.items():
-    insp.state.set_index_text(subtree, text)
+    insp.state.ops["index"].set_text(subtree, text)
 insp.run()
 insp  # noqa: B018 (a cell's last expression is what a notebook displays)

@@ -1,14 +1,18 @@
 """The Panel app: one `InspectorState` per session and `Viewer` views that take it.
 
-- `state.py`       InspectorState: loaded trees, op settings, previews, result, history, error,
-                   busy; runs work in a worker thread when `background` (the served app).
-- `operations.py`  op settings -> `Job`s (calls of the public API) and cheap previews.
-- `tree_index.py`  a tree's `describe` rows indexed for a lazy `pmui.Tree` (ranges, reveal).
+- `session/`       the Panel-free model (ruff bans panel and bokeh there):
+                   `state.py` InspectorState (loaded trees, the ops' settings, previews,
+                   result, history, error, busy; work in a worker thread when `background`);
+                   `op_settings.py` + `ops/` one settings class per op (params, `job()`,
+                   `preview()`, copy-as-code, eager reference), registered by name;
+                   `records.py` CallRecord / Job / RunRecord; `loaded.py` LoadedTree;
+                   `tree_index.py`, `diff_index.py` the rows the tree views draw;
+                   `snippet.py` the run as code; `checkpoint_files.py`, `example_sets.py`.
+- `forms/`         one form per op, bound to its settings (`@form("op")`).
+- `operation_panel.py` tabs (one per registered op), preview, run controls, progress.
 - `tree_view.py`   TreeView (lazy tree + leaf search table), `leaf_stats.py` LeafStatsView.
-- forms            `weighted_sum_form.py`, `index_form.py`, `stack_form.py` (stack, unstack),
-                   `operation_panel.py` (tabs, preview, run controls, progress).
 - results          `result_view.py` (error, result tree, keep), `timing_card.py`,
-                   `history_view.py`; `eager.py` the un-jitted reference timed on request.
+                   `history_view.py`, `code_snippet.py` (copy as code).
 - `sidebar.py`     loaded trees, examples, file picker, device; `app.py` the page, `serve`;
                    `notebook.py` `inspector.show` / `inspector.Inspector`.
 

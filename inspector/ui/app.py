@@ -14,8 +14,8 @@ from inspector.ui.file_picker import FileOpener
 from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ResultView
+from inspector.ui.session.state import InspectorState
 from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
-from inspector.ui.state import InspectorState
 from inspector.ui.tree_view import TreeView
 
 TITLE = "pytree inspector"
@@ -130,7 +130,7 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
         examples: also load the built-in example trees.
         started: called with the app's URL once the server listens (the launcher prints it).
     """
-    from inspector.ui.operations import prepare
+    from inspector.ui.session.loaded import prepare
 
     prepared = [prepare(name, tree, "command line") for name, tree in (trees or {}).items()]
     if not port:

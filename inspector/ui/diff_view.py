@@ -13,9 +13,9 @@ import html
 import panel as pn
 import panel_material_ui as pmui
 
-from inspector.ui.diff_index import BADGE_COLORS, KIND_HELP, KINDS
-from inspector.ui.formatting import MONO, human_bytes, human_count, plural
-from inspector.ui.tree_index import ROOT_ID
+from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, KINDS
+from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
+from inspector.ui.session.tree_index import ROOT_ID
 from inspector.ui.tree_view import LazyTree, _find, _item_at
 
 _HINT = ("Pick two loaded trees: **a**, the expected tree (the model's parameters), and **b**, "

@@ -8,9 +8,9 @@ from base64 import b64encode
 import panel as pn
 import panel_material_ui as pmui
 
-from inspector.ui.checkpoint_files import export_bytes, export_name
-from inspector.ui.formatting import pre
-from inspector.ui.state import error_text
+from inspector.ui.session.checkpoint_files import export_bytes, export_name
+from inspector.ui.session.formatting import pre
+from inspector.ui.session.state import error_text
 
 
 class TreeDownload(pmui.FileDownload):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import panel as pn
 import panel_material_ui as pmui
 
-from inspector.ui.checkpoint_files import MAX_UPLOAD_BYTES
-from inspector.ui.formatting import human_bytes, pre
+from inspector.ui.session.checkpoint_files import MAX_UPLOAD_BYTES
+from inspector.ui.session.formatting import human_bytes, pre
 
 
 class FileOpener(pn.viewable.Viewer):

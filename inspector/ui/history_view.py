@@ -6,14 +6,14 @@ import pandas as pd
 import panel as pn
 import panel_material_ui as pmui
 from bokeh.models import BasicTicker, ColumnDataSource, HoverTool
-from bokeh.palettes import Category10_4
+from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from inspector.ui.operations import OPS
+from inspector.ui.session.op_settings import settings_classes
+from inspector.ui.session.records import RunRecord
 
-_COLUMNS = ["run", "op", "inputs", "device", "compile_ms", "compiled", "median_ms", "min_ms",
-            "max_ms", "gbps", "eager_ms"]
-_COLORS = dict(zip(OPS, Category10_4, strict=True))
+_COLUMNS = list(RunRecord.COLUMNS)
+_COLORS = {op: Category10_10[i % 10] for i, op in enumerate(settings_classes())}
 
 
 class HistoryView(pn.viewable.Viewer):
@@ -57,18 +57,18 @@ class HistoryView(pn.viewable.Viewer):
     def refresh(self, *_):
         """Shows the state's history (the table newest first, the chart oldest first)."""
         history = self._state.history
-        rows = [{c: h.get(c) for c in _COLUMNS} for h in reversed(history)]
+        rows = [h.row() for h in reversed(history)]
         self.table.value = pd.DataFrame(rows, columns=_COLUMNS)
         self._source.data = _chart_data(history)
 
 
 def _chart_data(history: list) -> dict:
     return {
-        "run": [h["run"] for h in history],
-        "op": [h["op"] for h in history],
-        "median_ms": [max(h["median_ms"], 1e-6) for h in history],
-        "min_ms": [max(h["min_ms"], 1e-6) for h in history],
-        "max_ms": [max(h["max_ms"], 1e-6) for h in history],
-        "compiled": [h["compiled"] for h in history],
-        "color": [_COLORS.get(h["op"], "#666") for h in history],
+        "run": [h.run for h in history],
+        "op": [h.op for h in history],
+        "median_ms": [max(h.median_ms, 1e-6) for h in history],
+        "min_ms": [max(h.min_ms, 1e-6) for h in history],
+        "max_ms": [max(h.max_ms, 1e-6) for h in history],
+        "compiled": [h.compiled for h in history],
+        "color": [_COLORS.get(h.op, "#666") for h in history],
     }

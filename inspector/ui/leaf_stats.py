@@ -16,8 +16,8 @@ from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
 import inspector
-from inspector.ui.formatting import MONO, human_bytes, shape_text
-from inspector.ui.tree_index import ROOT_ID, TreeIndex
+from inspector.ui.session.formatting import MONO, human_bytes, shape_text
+from inspector.ui.session.tree_index import ROOT_ID, TreeIndex
 
 _BINS = 30
 

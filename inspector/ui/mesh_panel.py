@@ -9,7 +9,7 @@ import panel_material_ui as pmui
 
 import inspector
 from inspector.ui.device_map import DeviceMapView
-from inspector.ui.formatting import plural, pre
+from inspector.ui.session.formatting import plural, pre
 
 _MAX_FIELDS = 64
 _ERROR = "var(--mui-palette-error-main, #d32f2f)"

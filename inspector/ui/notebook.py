@@ -39,9 +39,9 @@ from panel.reactive import Reactive
 from panel_material_ui.base import MaterialComponent
 from panel_material_ui.pane.base import MaterialPaneBase
 
-from inspector.core.errors import InspectorError
+from inspector import InspectorError
 from inspector.ui.app import InspectorApp
-from inspector.ui.state import InspectorState
+from inspector.ui.session.state import InspectorState
 
 SOURCE = "notebook"
 
@@ -53,7 +53,8 @@ class Inspector(pn.viewable.Viewer):
     keep their keyword. Trees of one structure are preselected for the weighted sum (uniform
     weights) and for stacking; the first two are set up for comparing, and two trees that
     differ open on the comparison. `.state` is the session state (`InspectorState`): set its
-    params from code to drive the widget, e.g. `insp.state.ws_weights = [1, 2, 3]`; `.tabs`
+    params from code to drive the widget, e.g. `insp.state.ops['weighted_sum'].weights =
+    [1, 2, 3]`, then `insp.run()`; `.tabs`
     switches between the operations and the comparison.
 
     Args:
@@ -166,7 +167,7 @@ def show(*trees, examples: bool = False, background: bool | None = None,
     Example (in a notebook cell)::
 
         insp = inspector.show(t1=t1, t2=t2, t3=t3)   # or show(tree): a tree named "tree"
-        insp.state.ws_weights = [1, 2, 3]
+        insp.state.ops["weighted_sum"].weights = [1, 2, 3]
         insp                                         # the widget
     """
     load_notebook_support()
@@ -203,7 +204,8 @@ def _preselect(state: InspectorState, names: list[str]) -> bool:
     same = [n for n in names if _same_structure(state.trees[n].index.rows, first)]
     update: dict = {"selected": names[0]}
     if len(same) >= 2:
-        update.update(ws_names=same, ws_weights=[1 / len(same)] * len(same), stack_names=same)
+        state.ops["weighted_sum"].param.update(trees=same, weights=[1 / len(same)] * len(same))
+        state.ops["stack"].trees = same
     if len(names) >= 2:
         update.update(diff_a=names[0], diff_b=names[1])
     state.param.update(**update)

@@ -1,15 +1,16 @@
-"""The operation column: one form per op in tabs, a live preview, and the run controls."""
+"""The operation column: one form per op in tabs, a live preview, and the run controls.
+
+The tabs come from the registries: every op's settings (`session/ops/`) with its form
+(`forms/`), in the settings' `position` order.
+"""
 
 from __future__ import annotations
 
 import panel as pn
 import panel_material_ui as pmui
 
-from inspector.ui.formatting import pre
-from inspector.ui.index_form import IndexForm
-from inspector.ui.operations import OPS
-from inspector.ui.stack_form import StackForm, UnstackForm
-from inspector.ui.weighted_sum_form import WeightedSumForm
+from inspector.ui.forms import forms
+from inspector.ui.session.formatting import pre
 
 
 class OperationPanel(pn.viewable.Viewer):
@@ -18,15 +19,16 @@ class OperationPanel(pn.viewable.Viewer):
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self.weighted_sum = WeightedSumForm(state)
-        self.index = IndexForm(state)
-        self.stack = StackForm(state)
-        self.unstack = UnstackForm(state)
-        self._ops = list(OPS)
-        self.tabs = pmui.Tabs(*[(OPS[op], form) for op, form in zip(
-            self._ops, (self.weighted_sum, self.index, self.stack, self.unstack), strict=True)],
-            active=self._ops.index(state.op), sizing_mode="stretch_width", margin=(0, 0),
-            dynamic=True)
+        classes = forms()
+        missing = [op for op in state.ops if op not in classes]
+        if missing:
+            raise TypeError(f"No form for the ops {', '.join(missing)}: add one to "
+                            "inspector/ui/forms/.")
+        self.forms = {op: classes[op](settings, state) for op, settings in state.ops.items()}
+        self._ops = list(self.forms)
+        self.tabs = pmui.Tabs(*[(state.ops[op].title, f) for op, f in self.forms.items()],
+                              active=self._ops.index(state.op), sizing_mode="stretch_width",
+                              margin=(0, 0), dynamic=True)
         self.tabs.param.watch(self._on_tab, "active")
         self.preview = pn.pane.HTML("", sizing_mode="stretch_width", margin=(5, 10))
         self.form_error = pn.pane.HTML("", sizing_mode="stretch_width", margin=(5, 10),
@@ -44,6 +46,13 @@ class OperationPanel(pn.viewable.Viewer):
         state.param.watch(self._update_preview, ["preview", "form_error"])
         state.param.watch(self._update_tab, "op")
         self._update_preview()
+
+    def __getattr__(self, op: str):
+        # `panel.weighted_sum` is the weighted sum's form (tests and scripts reach in so)
+        forms = self.__dict__.get("forms", {})
+        if op in forms:
+            return forms[op]
+        raise AttributeError(op)
 
     def __panel__(self):
         return pmui.Column(

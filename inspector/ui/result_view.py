@@ -6,8 +6,8 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.ui.code_snippet import CodeSnippetView
-from inspector.ui.formatting import pre
 from inspector.ui.history_view import HistoryView
+from inspector.ui.session.formatting import pre
 from inspector.ui.timing_card import TimingCard
 from inspector.ui.tree_view import TreeView
 

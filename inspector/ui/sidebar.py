@@ -7,7 +7,7 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.examples import EXAMPLES
-from inspector.ui.formatting import human_bytes, human_count
+from inspector.ui.session.formatting import human_bytes, human_count
 
 
 class TreeListView(pn.viewable.Viewer):

@@ -7,7 +7,7 @@ import html
 import panel as pn
 import panel_material_ui as pmui
 
-from inspector.ui.formatting import MONO, human_bytes, ms, plural
+from inspector.ui.session.formatting import MONO, human_bytes, ms, plural
 
 
 def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str, str]]:

@@ -14,8 +14,8 @@ import panel as pn
 import panel_material_ui as pmui
 import param
 
-from inspector.ui.formatting import human_bytes, human_count, plural
 from inspector.ui.leaf_stats import LeafStatsView, short_values
+from inspector.ui.session.formatting import human_bytes, human_count, plural
 
 
 class LazyTree(pmui.Tree):

@@ -10,9 +10,11 @@ import pytest
 
 import inspector
 from inspector import examples
-from inspector.ui.code_snippet import CodeSnippetView, literal, snippet, state_snippet, variable
+from inspector.ui.code_snippet import CodeSnippetView
 from inspector.ui.notebook import Inspector
-from inspector.ui.state import InspectorState
+from inspector.ui.session.records import CallRecord
+from inspector.ui.session.snippet import literal, snippet, state_snippet, variable
+from inspector.ui.session.state import InspectorState
 
 
 def _values(tree):
@@ -28,24 +30,24 @@ def _run_snippet(code: str, **names):
 
 
 def test_each_op_reads_as_its_public_call():
-    s1 = {"op": "weighted_sum", "trees": ["t1", "t2", "t3"], "weights": [1, 2, 3],
-          "device": "cpu:0", "repeats": 5}
+    s1 = CallRecord("weighted_sum", "", ["t1", "t2", "t3"], {"weights": [1, 2, 3]},
+                    device="cpu:0", repeats=5)
     assert snippet(s1).splitlines() == [
         "import inspector", "",
         "result = inspector.weighted_sum([t1, t2, t3], [1, 2, 3])",
         "# timed as in the app:",
         '# inspector.run(inspector.weighted_sum, [t1, t2, t3], [1, 2, 3], device="cpu:0", '
         "repeats=5)"]
-    index = {"op": "index", "trees": ["s2"], "index": ["1", "1:3", None, "-1"]}
+    index = CallRecord("index", "", ["s2"], {"index": ["1", "1:3", None, "-1"]})
     assert snippet(index).splitlines()[-1] == \
         'result = inspector.index(s2, [1, "1:3", None, -1])'
-    assert snippet({"op": "stack", "trees": ["a", "b"]}).endswith(
+    assert snippet(CallRecord("stack", "", ["a", "b"])).endswith(
         "result = inspector.stack([a, b])")
-    assert snippet({"op": "unstack", "trees": ["ab"]}).endswith("result = inspector.unstack(ab)")
+    assert snippet(CallRecord("unstack", "", ["ab"])).endswith("result = inspector.unstack(ab)")
 
 
 def test_trees_from_files_are_loaded_by_name():
-    call = {"op": "stack", "trees": ["a.npz", "b.npz", "c"]}
+    call = CallRecord("stack", "", ["a.npz", "b.npz", "c"])
     sources = {"a.npz": "upload a.npz", "b.npz": "command line", "c": "file c.safetensors"}
     assert snippet(call, sources).splitlines()[2:] == [
         'a_npz = inspector.load("a.npz")  # uploaded',
@@ -84,8 +86,8 @@ def test_every_op_of_the_served_app_runs_as_code_to_the_same_values(served, op):
     elif op == "stack":
         served.op = "stack"
     else:
-        served.param.update(op="weighted_sum", ws_names=["params", "grads"],
-                            ws_weights=[1, -0.1])
+        served.ops["weighted_sum"].param.update(trees=["params", "grads"], weights=[1, -0.1])
+        served.op = "weighted_sum"
     served.param.trigger("run")
     assert served.error == ""
     expected = _values(served.result.result)
@@ -103,8 +105,9 @@ def test_kept_results_are_rebuilt_from_the_run_that_made_them(served):
     served.param.update(op="unstack", selected="stack_1")
     served.param.trigger("run")
     served.param.trigger("keep_result")  # unstack_2[0] ... unstack_2[3]
-    served.param.update(op="weighted_sum", ws_names=["unstack_2[0]", "unstack_2[3]"],
-                        ws_weights=[0.5, 0.5])
+    served.ops["weighted_sum"].param.update(trees=["unstack_2[0]", "unstack_2[3]"],
+                                            weights=[0.5, 0.5])
+    served.op = "weighted_sum"
     served.param.trigger("run")
     code = state_snippet(served)
     assert "stack_1 = inspector.stack([mlp_0, mlp_1, mlp_2, mlp_3])" in code
@@ -117,7 +120,8 @@ def test_checkpoint_files_are_loaded_by_path(served, tmp_path, monkeypatch):
     inspector.save(examples.mlp_params(), tmp_path / "ckpt.npz")
     served.param.update(file_root=str(tmp_path), open_paths=[str(tmp_path / "ckpt.npz")])
     served.param.trigger("open_files")
-    served.param.update(op="weighted_sum", ws_names=["ckpt.npz", "params"], ws_weights=[1, -1])
+    served.ops["weighted_sum"].param.update(trees=["ckpt.npz", "params"], weights=[1, -1])
+    served.op = "weighted_sum"
     served.param.trigger("run")
     code = state_snippet(served)
     assert 'ckpt_npz = inspector.load("ckpt.npz")' in code
@@ -128,7 +132,7 @@ def test_checkpoint_files_are_loaded_by_path(served, tmp_path, monkeypatch):
 def test_in_a_notebook_the_users_names_are_used_and_the_snippet_gives_the_result():
     t1, t2, t3 = examples.s1_trees()
     widget = Inspector(t1=t1, t2=t2, t3=t3)
-    widget.state.ws_weights = [1, 2, 3]
+    widget.state.ops["weighted_sum"].weights = [1, 2, 3]
     widget.run()
     code = widget.app.result.code.code
     assert "import inspector\n\nresult = inspector.weighted_sum([t1, t2, t3], [1, 2, 3])" in code
@@ -140,7 +144,7 @@ def test_custom_containers_are_indexed_through_their_structure():
     tree = Pair(np.arange(6.0).reshape(3, 2), np.arange(4.0))
     widget = Inspector(pair=tree)
     widget.state.op = "index"
-    widget.state.set_index_text(".a", "-1")
+    widget.state.ops["index"].set_text(".a", "-1")
     widget.run()
     code = widget.app.result.code.code
     assert "jax.tree.unflatten(jax.tree.structure(pair" in code and code.startswith("import jax")

@@ -50,8 +50,8 @@ def test_same_structured_trees_are_preselected_and_run_gives_s1():
     t1, t2, t3 = examples.s1_trees()
     widget = Inspector(t1=t1, t2=t2, t3=t3, other=examples.s2_tree())
     s = widget.state
-    assert s.ws_names == s.stack_names == ["t1", "t2", "t3"]
-    s.ws_weights = [1, 2, 3]
+    assert s.ops["weighted_sum"].trees == s.ops["stack"].trees == ["t1", "t2", "t3"]
+    s.ops["weighted_sum"].weights = [1, 2, 3]
     rr = widget.run()
     assert _values(rr.result) == examples.S1_EXPECTED
     assert s.result is rr and s.result_name == "weighted_sum(t1, t2, t3)"
@@ -63,8 +63,9 @@ def test_live_jax_arrays_and_custom_nodes_work_in_every_op():
                     jax.device_put(jnp.arange(3.0) + k, device)) for k in range(3)]
     widget = Inspector(*layers)
     s = widget.state
-    assert list(s.trees) == ["tree0", "tree1", "tree2"] and s.ws_names == list(s.trees)
-    s.ws_weights = [1, 1, 1]
+    assert list(s.trees) == ["tree0", "tree1", "tree2"]
+    assert s.ops["weighted_sum"].trees == list(s.trees)
+    s.ops["weighted_sum"].weights = [1, 1, 1]
     out = widget.run().result
     np.testing.assert_array_equal(np.asarray(_leaves(out)[0]), np.full((2, 3), 3.0))
     s.op = "stack"
@@ -72,7 +73,7 @@ def test_live_jax_arrays_and_custom_nodes_work_in_every_op():
     assert [np.shape(x) for x in _leaves(stacked)] == [(3, 2, 3), (3, 3)]
     s.selected = "tree2"
     s.op = "index"
-    s.set_index_text(".b", "1:")  # a dataclass's fields are its subtrees (key paths)
+    s.ops["index"].set_text(".b", "1:")  # a dataclass's fields are its subtrees (key paths)
     indexed = widget.run().result
     assert np.asarray(_leaves(indexed)[1]).tolist() == [3.0, 4.0]
     assert s.error == ""
@@ -86,7 +87,7 @@ def _leaves(tree):
 
 def test_a_failing_run_raises_the_message_the_widget_shows():
     widget = Inspector(a={"w": np.ones(2)}, b={"w": np.ones(3)})
-    widget.state.param.update(ws_names=["a", "b"], ws_weights=[1, 1])
+    widget.state.ops["weighted_sum"].param.update(trees=["a", "b"], weights=[1, 1])
     with pytest.raises(inspector.InspectorError, match=r"\['w'\]") as info:
         widget.run()
     assert str(info.value) == widget.state.error
@@ -164,7 +165,7 @@ def test_no_stylesheet_is_fetched_from_a_cdn_after_views_change():
     widget = notebook.show(t1=examples.s1_trees()[0], t2=examples.s1_trees()[1])
     data, _ = widget._repr_mimebundle_()
     assert "cdn.holoviz.org/panel/" not in re.sub(r'"esm":"[^"]{1000,}"', "", data["text/html"])
-    widget.state.ws_weights = [1, 2]
+    widget.state.ops["weighted_sum"].weights = [1, 2]
     widget.run()  # the result column adds its timing card, code and history table
     doc = next(iter(widget.app.result.timing._body._models.values()))[0].document
     fetched = [m.url for m in doc.models if type(m).__name__ == "ImportedStyleSheet"
@@ -191,7 +192,7 @@ def test_two_trees_that_differ_open_on_their_comparison():
 def test_code_runs_at_once_even_when_widget_clicks_go_to_a_thread():
     t1, t2, t3 = examples.s1_trees()
     widget = Inspector(t1=t1, t2=t2, t3=t3, background=True)
-    widget.state.ws_weights = [1, 2, 3]
+    widget.state.ops["weighted_sum"].weights = [1, 2, 3]
     widget.state.param.trigger("run")  # as a cell would: not a message from the widget
     assert widget.state.background and not widget.state.busy
     assert _values(widget.state.result.result) == examples.S1_EXPECTED

@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def state():
     """A session state with the default examples, running work synchronously."""
-    from inspector.ui.state import InspectorState
+    from inspector.ui.session.state import InspectorState
 
     s = InspectorState()
     s.load_defaults()

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.ui.diff_index import compare
 from inspector.ui.diff_view import DiffView
-from inspector.ui.state import InspectorState
+from inspector.ui.session.diff_index import compare
+from inspector.ui.session.state import InspectorState
 
 RNG = np.random.default_rng(0)
 MODEL = {
@@ -189,7 +189,7 @@ def test_identical_trees_say_so():
 
 
 def test_s5_example_is_one_click_from_its_differences():
-    from inspector.ui.state import InspectorState
+    from inspector.ui.session.state import InspectorState
 
     s = InspectorState()
     s.example = "S5: model vs old checkpoint"

@@ -12,9 +12,9 @@ import pytest
 
 import inspector
 from inspector.io import sniff
-from inspector.ui.checkpoint_files import export_bytes
 from inspector.ui.export import ExportView
-from inspector.ui.state import InspectorState
+from inspector.ui.session.checkpoint_files import export_bytes
+from inspector.ui.session.state import InspectorState
 
 TREE = {
     "layer": {"kernel": np.arange(6, dtype=np.float32).reshape(2, 3),
@@ -114,7 +114,7 @@ def test_every_download_reaches_the_browser_as_new_data(tmp_path):
 
 
 def test_too_big_a_tree_is_refused_with_the_python_way(monkeypatch):
-    from inspector.ui import checkpoint_files
+    from inspector.ui.session import checkpoint_files
 
     monkeypatch.setattr(checkpoint_files, "MAX_DOWNLOAD_BYTES", 8)
     with pytest.raises(inspector.InspectorError, match=r"inspector\.save\(tree, 'path\.npz'\)"):

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.ui import checkpoint_files
 from inspector.ui.app import ROOT_ENV, create_app
 from inspector.ui.file_picker import FileOpener
-from inspector.ui.state import InspectorState
+from inspector.ui.session import checkpoint_files
+from inspector.ui.session.state import InspectorState
 from inspector.ui.tree_view import TreeView
 
 MODEL = {

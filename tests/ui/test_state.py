@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from inspector import examples
-from inspector.ui.state import InspectorState
+from inspector.ui.session.state import InspectorState
 from inspector.ui.timing_card import timing_lines
 
 
@@ -32,9 +32,10 @@ def test_defaults_load_fast_and_set_up_the_scenarios():
     assert list(s.trees)[:3] == ["t1", "t2", "t3"]
     assert {"s2", "mlp_0", "mlp_3", "params", "grads"} <= set(s.trees)
     assert s.selected == "t1" and s.op == "weighted_sum"
-    assert s.ws_names == ["t1", "t2", "t3"] and s.ws_weights == [1, 2, 3]
-    assert s.stack_names == [f"mlp_{i}" for i in range(4)]
-    assert s.index_texts["s2"] == {"[0]": "1", "[1]": "1:3", "[3]": "-1"}
+    ws = s.ops["weighted_sum"]
+    assert ws.trees == ["t1", "t2", "t3"] and ws.weights == [1, 2, 3]
+    assert s.ops["stack"].trees == [f"mlp_{i}" for i in range(4)]
+    assert s.ops["index"].texts["s2"] == {"[0]": "1", "[1]": "1:3", "[3]": "-1"}
     assert all(t.packed for t in s.trees.values())
 
 
@@ -44,12 +45,12 @@ def test_s1_weighted_sum_through_the_state(state):
     assert state.error == ""
     assert _values(state.result.result) == examples.S1_EXPECTED
     assert state.result_name == "weighted_sum(t1, t2, t3)"
-    assert len(state.history) == 1 and state.history[0]["op"] == "weighted_sum"
+    assert len(state.history) == 1 and state.history[0].op == "weighted_sum"
 
 
 def test_moving_a_weight_reruns_from_the_compiled_cache(state):
     state.param.trigger("run")
-    state.ws_weights = [1, 2, 4]  # auto re-run: no Run press
+    state.ops["weighted_sum"].weights = [1, 2, 4]  # auto re-run: no Run press
     assert len(state.history) == 2
     assert state.result.n_compiled == 0
     assert ("compile", "cached, no compile") in timing_lines(state.result)
@@ -57,7 +58,7 @@ def test_moving_a_weight_reruns_from_the_compiled_cache(state):
 
 
 def test_float_weights_give_float32_and_the_preview_says_so_first(state):
-    state.ws_weights = [0.5, 0.25, 0.25]
+    state.ops["weighted_sum"].weights = [0.5, 0.25, 0.25]
     assert "int32 → float32" in state.preview
     state.param.trigger("run")
     leaf = state.result.result.unpack()[0][0]
@@ -66,8 +67,8 @@ def test_float_weights_give_float32_and_the_preview_says_so_first(state):
 
 
 def test_an_sgd_step_of_1e_minus_7_is_exact_and_the_snippet_repeats_it():
-    from inspector.ui.code_snippet import state_snippet
-    from inspector.ui.state import InspectorState
+    from inspector.ui.session.snippet import state_snippet
+    from inspector.ui.session.state import InspectorState
 
     rng = np.random.default_rng(7)
     params = {"w": (rng.normal(size=(3, 50)) * 1e-6).astype(np.float32),
@@ -77,7 +78,8 @@ def test_an_sgd_step_of_1e_minus_7_is_exact_and_the_snippet_repeats_it():
     s = InspectorState()
     s.add_tree("params", params)
     s.add_tree("grads", grads)
-    s.param.update(op="weighted_sum", ws_names=["params", "grads"], ws_weights=[1, -1e-7])
+    s.ops["weighted_sum"].param.update(trees=["params", "grads"], weights=[1, -1e-7])
+    s.op = "weighted_sum"
     assert "float32 → float32" in s.preview
     s.param.trigger("run")
     assert s.error == ""
@@ -96,20 +98,20 @@ def test_an_sgd_step_of_1e_minus_7_is_exact_and_the_snippet_repeats_it():
 
 def test_integral_floats_stay_floats_and_typed_integers_stay_integers(state):
     assert "int32 → int32" in state.preview  # S1's weights, typed as integers: [1, 2, 3]
-    state.ws_weights = [1.0, 2.0, 4.0]
+    state.ops["weighted_sum"].weights = [1.0, 2.0, 4.0]
     assert "int32 → float32" in state.preview
     state.param.trigger("run")
     assert state.result.result.unpack()[0][0].dtype == np.float32
-    state.ws_weights = [1, 2, 5]
+    state.ops["weighted_sum"].weights = [1, 2, 5]
     assert "int32 → int32" in state.preview
 
 
 def test_presets_make_the_mean_and_normalise(state):
-    state.param.trigger("uniform_weights")
-    assert state.ws_weights == pytest.approx([1 / 3] * 3)
-    state.ws_weights = [1, 1, 2]
-    state.param.trigger("normalise_weights")
-    assert state.ws_weights == pytest.approx([0.25, 0.25, 0.5])
+    state.ops["weighted_sum"].param.trigger("uniform")
+    assert state.ops["weighted_sum"].weights == pytest.approx([1 / 3] * 3)
+    state.ops["weighted_sum"].weights = [1, 1, 2]
+    state.ops["weighted_sum"].param.trigger("normalise")
+    assert state.ops["weighted_sum"].weights == pytest.approx([0.25, 0.25, 0.5])
 
 
 def test_s2_index_through_the_state(state):
@@ -122,9 +124,9 @@ def test_s2_index_through_the_state(state):
 
 def test_index_parse_error_is_shown_with_its_key_path_as_you_type(state):
     state.param.update(op="index", selected="s2")
-    state.set_index_text("[1]", "1:(")
-    assert set(state.index_field_errors) == {"[1]"}
-    assert "Cannot parse index '1:('" in state.index_field_errors["[1]"]
+    state.ops["index"].set_text("[1]", "1:(")
+    assert set(state.field_errors) == {"[1]"}
+    assert "Cannot parse index '1:('" in state.field_errors["[1]"]
     assert "[1]" in state.form_error
     state.param.trigger("run")
     assert state.error.startswith("Cannot parse 1 index.")
@@ -135,18 +137,19 @@ def test_a_failing_op_keeps_the_trees_and_the_last_good_result(state):
     state.param.trigger("run")
     good, trees = state.result, dict(state.trees)
     state.param.update(op="index", selected="s2")
-    state.set_index_text("[1]", "7")
+    state.ops["index"].set_text("[1]", "7")
     assert "[1]: index 7 is out of bounds" in state.form_error
     state.param.trigger("run")
     assert "[1]: index 7 is out of range for axis 0 of size 5" in state.error
     assert state.result is good and state.trees == trees and len(state.history) == 1
-    state.set_index_text("[1]", "1:3")
+    state.ops["index"].set_text("[1]", "1:3")
     state.param.trigger("run")
     assert state.error == "" and state.result is not good
 
 
 def test_stacking_mismatched_trees_names_every_differing_path(state):
-    state.param.update(op="stack", stack_names=["mlp_0", "t1"])
+    state.ops["stack"].trees = ["mlp_0", "t1"]
+    state.op = "stack"
     assert "[0][0]: (3, 2) in tree 0, (2, 2) in tree 1" in state.form_error
     state.param.trigger("run")
     assert state.error.startswith("Cannot stack 2 trees:")
@@ -165,12 +168,13 @@ def test_stack_keep_index_keep_weighted_sum_chain(state):
 
     state.op = "index"
     for field in ("[0]", "[1]"):
-        state.set_index_text(field, "2")
+        state.ops["index"].set_text(field, "2")
     state.param.trigger("run")
     state.param.trigger("keep_result")
     assert state.selected == "index_2"
 
-    state.param.update(op="weighted_sum", ws_names=["index_2", "mlp_2"], ws_weights=[1, -1])
+    state.ops["weighted_sum"].param.update(trees=["index_2", "mlp_2"], weights=[1, -1])
+    state.op = "weighted_sum"
     state.param.trigger("run")
     assert state.error == ""
     leaves = jax.tree.leaves(state.result.result.unpack())
@@ -203,13 +207,13 @@ def test_eager_reference_is_timed_and_agrees(state):
     state.compare_eager = True
     state.param.trigger("run")
     assert state.eager_seconds > 0 and state.eager_max_diff == 0.0
-    assert state.history[-1]["eager_ms"] > 0
+    assert state.history[-1].eager_ms > 0
     assert any(k == "eager jax.tree.map" for k, _ in timing_lines(
         state.result, state.eager_seconds, state.eager_max_diff))
 
 
 def test_setup_errors_do_not_run(state):
-    state.ws_names = ["t1"]
+    state.ops["weighted_sum"].trees = ["t1"]
     state.param.trigger("run")
     assert state.error == "Pick two or more trees for a weighted sum."
     assert not state.busy and state.history == []
@@ -219,7 +223,7 @@ def test_loading_an_example_twice_renames_and_keeps_its_settings(state):
     state.example = "S1: weighted sum"
     state.param.trigger("load_example")
     assert {"t1 (2)", "t2 (2)", "t3 (2)"} <= set(state.trees)
-    assert state.ws_names == ["t1 (2)", "t2 (2)", "t3 (2)"]
+    assert state.ops["weighted_sum"].trees == ["t1 (2)", "t2 (2)", "t3 (2)"]
     assert state.selected == "t1 (2)"
 
 
@@ -227,7 +231,8 @@ def test_removing_a_tree_drops_it_from_the_forms(state):
     state.selected = "t2"
     state.param.trigger("remove_tree")
     assert "t2" not in state.trees
-    assert state.ws_names == ["t1", "t3"] and state.ws_weights == [1, 3]
+    ws = state.ops["weighted_sum"]
+    assert ws.trees == ["t1", "t3"] and ws.weights == [1, 3]
 
 
 def test_selecting_a_tree_resets_its_view(state):

@@ -6,7 +6,7 @@ import numpy as np
 
 import inspector
 from inspector import examples
-from inspector.ui.tree_index import ROOT_ID, TreeIndex, index_for
+from inspector.ui.session.tree_index import ROOT_ID, TreeIndex, index_for
 
 
 def _index(tree) -> TreeIndex:

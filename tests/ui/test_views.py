@@ -105,7 +105,7 @@ def test_moving_a_slider_reruns_and_the_card_says_cached(state):
     state.param.trigger("run")
     assert re.search(r"\(\d+ XLA compilations?\)", card.text)
     panel.weighted_sum.inputs[2].value = 4  # typed as an integer: int32 trees stay int32
-    assert state.ws_weights == [1, 2, 4]
+    assert state.ops["weighted_sum"].weights == [1, 2, 4]
     assert panel.weighted_sum.sliders[2].value == 4.0
     assert "compile: cached, no compile" in card.text
     assert len(state.history) == 2
@@ -114,11 +114,12 @@ def test_moving_a_slider_reruns_and_the_card_says_cached(state):
 def test_weight_number_input_and_presets_update_each_other(state):
     panel = OperationPanel(state)
     panel.weighted_sum.inputs[0].value = 0.5
-    assert state.ws_weights[0] == 0.5 and panel.weighted_sum.sliders[0].value == 0.5
-    state.param.trigger("uniform_weights")
+    assert state.ops["weighted_sum"].weights[0] == 0.5
+    assert panel.weighted_sum.sliders[0].value == 0.5
+    state.ops["weighted_sum"].param.trigger("uniform")
     assert [round(w.value, 6) for w in panel.weighted_sum.inputs] == [0.333333] * 3
     panel.weighted_sum.names.value = ["t1", "t2"]
-    assert state.ws_names == ["t1", "t2"] and len(panel.weighted_sum.inputs) == 2
+    assert state.ops["weighted_sum"].trees == ["t1", "t2"] and len(panel.weighted_sum.inputs) == 2
 
 
 def test_index_form_parses_as_you_type(state):
@@ -141,8 +142,8 @@ def test_stack_form_reorders(state):
     panel = OperationPanel(state)
     panel.tabs.active = 2
     panel.stack.move(0, 1)
-    assert state.stack_names == ["mlp_1", "mlp_0", "mlp_2", "mlp_3"]
-    assert panel.stack.names.value == state.stack_names
+    assert state.ops["stack"].trees == ["mlp_1", "mlp_0", "mlp_2", "mlp_3"]
+    assert panel.stack.names.value == state.ops["stack"].trees
     panel.stack.names.value = ["mlp_0", "t1"]
     assert "Cannot stack 2 trees" in panel.form_error.object and panel.form_error.visible
 
@@ -150,7 +151,8 @@ def test_stack_form_reorders(state):
 def test_error_view_shows_the_whole_message(state):
     view = ErrorView(state)
     assert not view.alert.visible
-    state.param.update(op="stack", stack_names=["mlp_0", "t1"])
+    state.ops["stack"].trees = ["mlp_0", "t1"]
+    state.op = "stack"
     state.param.trigger("run")
     assert view.alert.visible
     assert "[1][1]: (4,) in tree 0, (2,) in tree 1" in view._text.object
@@ -160,7 +162,7 @@ def test_error_view_shows_the_whole_message(state):
 def test_history_table_and_chart_follow_the_runs(state):
     view = HistoryView(state)
     state.param.trigger("run")
-    state.ws_weights = [1, 1, 1]
+    state.ops["weighted_sum"].weights = [1, 1, 1]
     assert view.table.value["run"].tolist() == [2, 1]
     assert view._source.data["run"] == [1, 2]
 
@@ -198,9 +200,9 @@ def test_notebook_widget_preselects_same_structured_trees():
     t1, t2, t3 = examples.s1_trees()
     widget = Inspector(t1=t1, t2=t2, t3=t3, other=examples.s2_tree())
     s = widget.state
-    assert s.selected == "t1" and s.ws_names == ["t1", "t2", "t3"]
-    assert s.stack_names == ["t1", "t2", "t3"]
-    s.ws_weights = [1, 2, 3]
+    assert s.selected == "t1" and s.ops["weighted_sum"].trees == ["t1", "t2", "t3"]
+    assert s.ops["stack"].trees == ["t1", "t2", "t3"]
+    s.ops["weighted_sum"].weights = [1, 2, 3]
     s.param.trigger("run")
     assert np.asarray(s.result.result.unpack()[0][0]).tolist() == [[26, 11], [21, 24]]
     assert widget.__panel__() is not None
@@ -208,7 +210,7 @@ def test_notebook_widget_preselects_same_structured_trees():
 
 def test_app_for_the_command_line_lists_its_trees_and_a_file_picker(tmp_path):
     from inspector import examples
-    from inspector.ui.operations import prepare
+    from inspector.ui.session.loaded import prepare
 
     loaded = prepare("model.npz", examples.mlp_params(), "command line")
     page = create_app(background=False, defaults=False, trees=[loaded], root=tmp_path)

@@ -7,30 +7,33 @@ import math
 import panel as pn
 import panel_material_ui as pmui
 
+from inspector.ui.forms import form
 
+
+@form("weighted_sum")
 class WeightedSumForm(pn.viewable.Viewer):
     """Trees and weights of `sum_k w_k * tree_k`; moving a slider re-runs from the cache."""
 
-    def __init__(self, state, **params):
+    def __init__(self, settings, state, **params):
         super().__init__(**params)
-        self._state = state
+        self._settings, self._state = settings, state
         self.names = pmui.MultiChoice(label="Trees to sum, in order", options=list(state.trees),
-                                      value=list(state.ws_names), sizing_mode="stretch_width")
+                                      value=list(settings.trees), sizing_mode="stretch_width")
         self.names.param.watch(self._on_names, "value")
         self.inputs: list = []
         self.sliders: list = []
         self._rows = pmui.Column(sizing_mode="stretch_width", margin=0)
         self._presets = pmui.Row(
-            pmui.Button.from_param(state.param.uniform_weights, label="Uniform mean",
+            pmui.Button.from_param(settings.param.uniform, label="Uniform mean",
                                    variant="outlined", size="small"),
-            pmui.Button.from_param(state.param.normalise_weights, label="Sum to 1",
+            pmui.Button.from_param(settings.param.normalise, label="Sum to 1",
                                    variant="outlined", size="small"),
             pmui.Switch.from_param(state.param.auto_run, label="auto re-run",
                                    align="center"),
         )
         state.param.watch(self._update_options, "trees")
-        state.param.watch(self._update_rows, "ws_names")
-        state.param.watch(self._update_values, "ws_weights")
+        settings.param.watch(self._update_rows, "trees")
+        settings.param.watch(self._update_values, "weights")
         self._update_rows()
 
     def __panel__(self):
@@ -40,15 +43,16 @@ class WeightedSumForm(pn.viewable.Viewer):
         self.names.options = list(self._state.trees)
 
     def _on_names(self, event):
-        if list(event.new) != list(self._state.ws_names):
-            self._state.ws_names = list(event.new)
+        if list(event.new) != list(self._settings.trees):
+            self._settings.trees = list(event.new)
 
     def _update_rows(self, *_):
-        if list(self.names.value) != list(self._state.ws_names):
-            self.names.value = list(self._state.ws_names)
-        weights = list(self._state.ws_weights)
+        settings = self._settings
+        if list(self.names.value) != list(settings.trees):
+            self.names.value = list(settings.trees)
+        weights = list(settings.weights)
         self.inputs, self.sliders, rows = [], [], []
-        for i, name in enumerate(self._state.ws_names):
+        for i, name in enumerate(settings.trees):
             w = float(weights[i]) if i < len(weights) else 1.0
             number = pmui.FloatInput(value=w, step=0.1, width=110, size="small",
                                      label=f"w{i} · {name}")
@@ -64,14 +68,14 @@ class WeightedSumForm(pn.viewable.Viewer):
         self._rows[:] = rows
 
     def _set_weight(self, i: int, value) -> None:
-        weights = list(self._state.ws_weights)
+        weights = list(self._settings.weights)
         if value is None or i >= len(weights) or weights[i] == value:
             return
         weights[i] = value
-        self._state.ws_weights = weights
+        self._settings.weights = weights
 
     def _update_values(self, *_):
-        for i, w in enumerate(self._state.ws_weights):
+        for i, w in enumerate(self._settings.weights):
             if i >= len(self.inputs):
                 break
             w = float(w)

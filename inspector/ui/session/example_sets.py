@@ -9,19 +9,22 @@ from __future__ import annotations
 import threading
 
 from inspector import examples
-from inspector.ui.operations import LoadedTree, prepare
+from inspector.ui.session.loaded import LoadedTree, prepare
 
-# What loading an example sets up, so that its scenario is one click from running.
+# What loading an example sets up, so that its scenario is one click from running: the op to
+# show, each op's settings (`OpSettings.apply`) and the two trees to compare.
 EXAMPLE_SETTINGS = {
-    "S1: weighted sum": {"op": "weighted_sum", "ws": ["t1", "t2", "t3"],
-                         "weights": examples.S1_WEIGHTS},
-    "S2: per-subtree index": {"op": "index", "index": {"s2": examples.S2_INDEX_TEXT}},
-    "S3: ensemble of 4 MLPs": {"op": "stack", "stack": [f"mlp_{i}" for i in range(4)]},
-    "MLP: params and grads": {"op": "weighted_sum", "ws": ["params", "grads"],
-                             "weights": [1, -0.1]},
+    "S1: weighted sum": {"op": "weighted_sum", "weighted_sum": {
+        "trees": ["t1", "t2", "t3"], "weights": examples.S1_WEIGHTS}},
+    "S2: per-subtree index": {"op": "index", "index": {
+        "texts": {"s2": examples.S2_INDEX_TEXT}}},
+    "S3: ensemble of 4 MLPs": {"op": "stack", "stack": {
+        "trees": [f"mlp_{i}" for i in range(4)]}},
+    "MLP: params and grads": {"op": "weighted_sum", "weighted_sum": {
+        "trees": ["params", "grads"], "weights": [1, -0.1]}},
     "S5: model vs old checkpoint": {"diff": ["model", "checkpoint"]},
-    "Soup: two transformer checkpoints": {"op": "weighted_sum", "ws": ["ckpt_a", "ckpt_b"],
-                                           "weights": [0.5, 0.5]},
+    "Soup: two transformer checkpoints": {"op": "weighted_sum", "weighted_sum": {
+        "trees": ["ckpt_a", "ckpt_b"], "weights": [0.5, 0.5]}},
 }
 
 _EXAMPLE_CACHE: dict[str, list[LoadedTree]] = {}

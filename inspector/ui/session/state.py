@@ -15,11 +15,12 @@ import param
 
 import inspector
 from inspector import examples
-from inspector.ui import operations as ops
-from inspector.ui.example_sets import EXAMPLE_SETTINGS, example_trees
-from inspector.ui.mesh_state import MeshState
-from inspector.ui.operations import LoadedTree, prepare
-from inspector.ui.tree_index import ROOT_ID, index_for
+from inspector.ui.session.example_sets import EXAMPLE_SETTINGS, example_trees
+from inspector.ui.session.loaded import LoadedTree, prepare
+from inspector.ui.session.mesh_state import MeshState
+from inspector.ui.session.op_settings import OpSettings, settings_classes
+from inspector.ui.session.records import Job, RunRecord
+from inspector.ui.session.tree_index import index_for
 
 
 def error_text(exc: BaseException) -> str:
@@ -48,20 +49,20 @@ class InspectorState(param.Parameterized):
                               "a success); the trees already loaded stay.")
 
     # Operation settings -----------------------------------------------------------------------
-    op = param.Selector(default="weighted_sum", objects=list(ops.OPS), doc="The operation to run.")
-    ws_names = param.List(default=[], item_type=str, doc="Trees of the weighted sum, in order.")
-    ws_weights = param.List(default=[], doc="One weight per tree in `ws_names`.")
-    auto_run = param.Boolean(default=True, doc="Re-run a weighted sum as soon as a weight changes.")
-    index_texts = param.Dict(default={}, doc="Per tree name: index text per top-level subtree "
-                             "id (`['a']`, `[0]`; ':' keeps the subtree).")
-    stack_names = param.List(default=[], item_type=str, doc="Trees to stack, in stacking order.")
+    op = param.Selector(default="weighted_sum", objects=list(settings_classes()),
+                        doc="The operation to run (a key of `ops`).")
+    ops = param.Dict(default={}, doc="Each op's settings (`OpSettings`) by op name: set their "
+                     "params to set up a run, e.g. `ops['weighted_sum'].weights = [1, 2, 3]`.")
+    auto_run = param.Boolean(default=True, doc="Re-run the op as soon as a live setting changes "
+                             "(a weight slider), once it ran on these trees.")
     repeats = param.Integer(default=5, bounds=(1, 200), doc="Timed executions per run.")
     compare_eager = param.Boolean(default=False, doc="Also time the un-jitted jax.tree.map op.")
 
     # What the settings will do ----------------------------------------------------------------
     preview = param.String(default="", doc="What the current op will produce (dtypes, shapes).")
     form_error = param.String(default="", doc="Why the current op cannot run as set, or ''.")
-    index_field_errors = param.Dict(default={}, doc="Parse error per index field id.")
+    field_errors = param.Dict(default={}, doc="The current op's form errors by field id (an "
+                              "index that does not parse).")
 
     # Results ----------------------------------------------------------------------------------
     result = param.Parameter(default=None, doc="The last successful `RunResult` (kept on errors).")
@@ -70,7 +71,8 @@ class InspectorState(param.Parameterized):
                                  doc="Median time of the un-jitted reference, when asked for.")
     eager_max_diff = param.Number(default=None, allow_None=True,
                                   doc="max |compiled - eager| over the result's leaves.")
-    history = param.List(default=[], doc="One record (dict) per successful run, oldest first.")
+    history = param.List(default=[], item_type=RunRecord,
+                         doc="One `RunRecord` per successful run, oldest first.")
     error = param.String(default="", doc="The last failure, whole ('' after a success).")
     busy = param.Boolean(default=False, doc="Whether work is running for this session.")
     status = param.String(default="", doc="What the running work is doing.")
@@ -109,8 +111,6 @@ class InspectorState(param.Parameterized):
     load_example = param.Event(doc="Load the trees of `example`.")
     open_files = param.Event(doc="Open the checkpoints in `open_paths`.")
     remove_tree = param.Event(doc="Remove the selected tree.")
-    uniform_weights = param.Event(doc="Set every weight to 1/K (the mean).")
-    normalise_weights = param.Event(doc="Scale the weights to sum to 1.")
 
     background = param.Boolean(default=False, doc="Run long work in a worker thread (the served "
                                "app); off, it runs at once, which tests rely on.")
@@ -124,6 +124,21 @@ class InspectorState(param.Parameterized):
         self._queue: list = []
         self._kept = 0
         self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
+        self.ops = {name: cls() for name, cls in settings_classes().items()}
+        self.param.op.objects = list(self.ops)  # ops registered after this module loaded too
+        for settings in self.ops.values():
+            settings.param.watch(self._update_preview, settings.watched())
+            if settings.live:
+                settings.param.watch(lambda _, s=settings: self._on_live(s), list(settings.live))
+            if settings.follows_selection:
+                settings.tree = self.selected
+                settings.param.watch(self._on_settings_tree, "tree")
+        self._update_preview()
+
+    @property
+    def settings(self) -> OpSettings:
+        """The settings of the current op (`ops[op]`)."""
+        return self.ops[self.op]
 
     # Loading ----------------------------------------------------------------------------------
 
@@ -154,7 +169,7 @@ class InspectorState(param.Parameterized):
             if name in EXAMPLE_SETTINGS:
                 self.apply_settings(EXAMPLE_SETTINGS[name], renamed[name])
         first = next(iter(renamed[names[0]].values()), None)
-        if first and self.op not in ("index", "unstack"):
+        if first and not self.settings.follows_selection:
             self.selected = first
 
     def _unique(self, name: str) -> str:
@@ -174,30 +189,21 @@ class InspectorState(param.Parameterized):
         return renamed
 
     def apply_settings(self, settings: dict, names: dict | None = None) -> None:
-        """Sets op settings (`op`, `ws`, `weights`, `index`, `stack`, `diff`) for trees by name."""
+        """Applies an example's settings: `op` (the op to show), each op's values by op name
+        (`{"weighted_sum": {"trees": [...], "weights": [...]}}`), `diff` (two tree names);
+        `names` maps the example's tree names to the names they were loaded under."""
         names = names or {}
+        focus: dict[str, list] = {}
+        for op, values in settings.items():
+            if op in self.ops:
+                focus[op] = self.ops[op].apply(values, names, self.trees)
         update: dict = {}
-        if "ws" in settings:
-            update["ws_names"] = [names.get(n, n) for n in settings["ws"]]
-            update["ws_weights"] = list(settings["weights"])
-        if "stack" in settings:
-            update["stack_names"] = [names.get(n, n) for n in settings["stack"]]
-        if "index" in settings:
-            texts = dict(self.index_texts)
-            for tree_name, values in settings["index"].items():
-                tree_name = names.get(tree_name, tree_name)
-                index = self.trees[tree_name].index
-                fields = {f for f, _ in ops.index_fields(index)}
-                ids = [index.rows[i].path for i in index.children[0]] or [ROOT_ID]
-                texts[tree_name] = {i: v for i, v in zip(ids, values, strict=False) if i in fields}
-            update["index_texts"] = texts
         if "diff" in settings:
             update["diff_a"], update["diff_b"] = (names.get(n, n) for n in settings["diff"])
         if "op" in settings:
             update["op"] = settings["op"]
-        if settings.get("op") == "index":
-            first = next(iter(settings["index"]))
-            update["selected"] = names.get(first, first)
+            if focus.get(settings["op"]):
+                update["selected"] = focus[settings["op"]][0]
         self.param.update(**update)
 
     @param.depends("load_example", watch=True)
@@ -217,7 +223,7 @@ class InspectorState(param.Parameterized):
 
     @param.depends("open_files", watch=True)
     def _on_open_files(self):
-        from inspector.ui.checkpoint_files import open_checkpoints
+        from inspector.ui.session.checkpoint_files import open_checkpoints
 
         paths, root = list(self.open_paths), self.file_root
         self._submit(lambda: (f"Opening {len(paths)} checkpoint(s) …",
@@ -225,7 +231,7 @@ class InspectorState(param.Parameterized):
 
     def open_upload(self, filename: str, data: bytes) -> None:
         """Loads an uploaded checkpoint (bytes), named by its file name, off the event loop."""
-        from inspector.ui.checkpoint_files import open_upload
+        from inspector.ui.session.checkpoint_files import open_upload
 
         self._submit(lambda: (f"Reading {filename} …",
                               lambda: [open_upload(filename, data)], self._opened))
@@ -243,20 +249,15 @@ class InspectorState(param.Parameterized):
         if name not in self.trees:
             return
         trees = {k: v for k, v in self.trees.items() if k != name}
-        keep = [i for i, n in enumerate(self.ws_names) if n != name]
-        self.param.update(
-            trees=trees,
-            ws_names=[self.ws_names[i] for i in keep],
-            ws_weights=[self.ws_weights[i] for i in keep if i < len(self.ws_weights)],
-            stack_names=[n for n in self.stack_names if n != name],
-            selected=next(iter(trees), ""),
-        )
+        for settings in self.ops.values():
+            settings.forget(name)
+        self.param.update(trees=trees, selected=next(iter(trees), ""))
 
     # Comparing --------------------------------------------------------------------------------
 
     @param.depends("diff_a", "diff_b", "trees", watch=True)
     def _on_diff_trees(self):
-        from inspector.ui.diff_index import compare
+        from inspector.ui.session.diff_index import compare
 
         a, b = self.trees.get(self.diff_a), self.trees.get(self.diff_b)
         old = self.diff_result
@@ -302,6 +303,9 @@ class InspectorState(param.Parameterized):
 
     @param.depends("selected", watch=True)
     def _on_selected(self):
+        for settings in self.ops.values():
+            if settings.follows_selection and settings.tree != self.selected:
+                settings.tree = self.selected
         loaded = self.trees.get(self.selected)
         self.param.update(input_path="", input_search="",
                           input_expanded=loaded.index.default_expanded() if loaded else [])
@@ -316,88 +320,36 @@ class InspectorState(param.Parameterized):
             return None
         return self.result_name, self.result.result, index_for(self.result.result)
 
-    def set_index_text(self, field: str, text: str) -> None:
-        """Sets the index text of one field of the selected tree."""
-        texts = dict(self.index_texts)
-        texts[self.selected] = {**texts.get(self.selected, {}), field: text}
-        self.index_texts = texts
+    def _on_settings_tree(self, event):
+        if event.new and event.new != self.selected and event.new in self.trees:
+            self.selected = event.new
 
-    # Weights ----------------------------------------------------------------------------------
-
-    @param.depends("ws_names", watch=True)
-    def _fit_weights(self):
-        n, w = len(self.ws_names), list(self.ws_weights)
-        if len(w) != n:
-            self.ws_weights = (w + [1.0] * n)[:n]
-
-    @param.depends("uniform_weights", watch=True)
-    def _on_uniform(self):
-        n = len(self.ws_names)
-        if n:
-            self.ws_weights = [1.0 / n] * n
-
-    @param.depends("normalise_weights", watch=True)
-    def _on_normalise(self):
-        total = float(sum(self.ws_weights))
-        if total == 0:
-            self.form_error = "The weights sum to 0: cannot scale them to sum to 1."
-            return
-        self.ws_weights = [float(w) / total for w in self.ws_weights]
-
-    @param.depends("ws_weights", watch=True)
-    def _on_weights(self):
-        # Only once these very trees were summed: then the kernel is compiled and a re-run
-        # costs about the run itself, so a slider can drive it.
+    def _on_live(self, settings: OpSettings):
+        # Only once these very trees ran with this op: then the kernel is compiled and a
+        # re-run costs about the run itself, so a slider can drive it.
         last = self.history[-1] if self.history else None
-        if (self.auto_run and self.op == "weighted_sum" and last is not None
-                and last["op"] == "weighted_sum" and last["trees"] == list(self.ws_names)):
+        if (self.auto_run and settings is self.settings and last is not None
+                and last.op == settings.op and list(last.trees) == settings.uses()):
             self.param.trigger("run")
 
     # Previews ---------------------------------------------------------------------------------
 
-    @param.depends("op", "ws_names", "ws_weights", "index_texts", "stack_names", "selected",
-                   "trees", watch=True, on_init=True)
-    def _update_preview(self):
-        field_errors: dict = {}
-        if self.op == "weighted_sum":
-            preview, error = ops.weighted_sum_preview(self.trees, self.ws_names, self.ws_weights)
-        elif self.op == "index":
-            preview, error, field_errors = ops.index_preview(
-                self.trees, self.selected, self.index_texts.get(self.selected, {}))
-        elif self.op == "stack":
-            preview, error = ops.stack_preview(self.trees, self.stack_names)
-        else:
-            preview, error = ops.unstack_preview(self.trees, self.selected)
-        self.param.update(preview=preview, form_error=error, index_field_errors=field_errors)
+    @param.depends("op", "trees", watch=True)
+    def _update_preview(self, *_):
+        if not self.ops:
+            return  # still in __init__
+        text, error, field_errors = self.settings.preview(self.trees)
+        self.param.update(preview=text, form_error=error, field_errors=dict(field_errors))
 
     # Running ----------------------------------------------------------------------------------
 
-    def job(self) -> ops.Job:
-        """The job the current settings describe.
+    def job(self) -> Job:
+        """The job the current op's settings describe.
 
         Raises:
             InspectorError: the settings are incomplete or an index cannot be parsed.
         """
-        if self.op == "weighted_sum":
-            return ops.weighted_sum_job(self.trees, self.ws_names, self.ws_weights)
-        if self.op == "index":
-            return ops.index_job(self.trees, self.selected, self.index_texts.get(self.selected, {}))
-        if self.op == "stack":
-            return ops.stack_job(self.trees, self.stack_names)
-        return ops.unstack_job(self.trees, self.selected)
-
-    def call_of(self, job: ops.Job) -> dict:
-        """The run as `inspector.ui.code_snippet` writes it as code: `op`, `label`, tree names
-        (`trees`), `weights` or the `index` tree, `device` and `repeats`."""
-        names = {"weighted_sum": self.ws_names, "stack": self.stack_names}.get(job.op,
-                                                                              [self.selected])
-        call = {"op": job.op, "label": job.label, "trees": list(names), "device": self.device,
-                "repeats": self.repeats}
-        if job.op == "weighted_sum":
-            call["weights"] = list(job.args[1])
-        elif job.op == "index":
-            call["index"] = job.args[1]
-        return call
+        return self.settings.job(self.trees)
 
     @param.depends("run", watch=True)
     def _on_run(self):
@@ -406,15 +358,13 @@ class InspectorState(param.Parameterized):
     def _run_task(self):
         job = self.job()  # built when the run starts, so a queued run uses the latest settings
         device, repeats, eager = self.device, self.repeats, self.compare_eager
-        trees = list(self.ws_names) if job.op == "weighted_sum" else []
-        call = self.call_of(job)
 
         def work():
             rr = inspector.run(job.fn, *job.args, device=device, repeats=repeats)
             index_for(rr.result)  # describe the result here, off the event loop
             eager_s = diff = None
             if eager:
-                from inspector.ui.eager import max_abs_diff, time_eager
+                from inspector.ui.session.eager import max_abs_diff, time_eager
 
                 eager_s, reference = time_eager(job.eager(device), repeats=min(repeats, 3))
                 diff = max_abs_diff(rr.result, reference)
@@ -425,15 +375,7 @@ class InspectorState(param.Parameterized):
                 self.error = error_text(exc)
                 return
             rr, eager_s, diff = out
-            record = {
-                "run": len(self.history) + 1, "op": rr.op, "inputs": job.inputs,
-                "device": rr.device, "compile_ms": rr.compile_seconds * 1e3,
-                "compiled": rr.n_compiled, "kernels": rr.n_kernels,
-                "median_ms": rr.median_seconds * 1e3, "min_ms": rr.min_seconds * 1e3,
-                "max_ms": rr.max_seconds * 1e3, "gbps": rr.gbps,
-                "eager_ms": None if eager_s is None else eager_s * 1e3, "trees": trees,
-                "call": call,
-            }
+            record = RunRecord.of(len(self.history) + 1, job, rr, eager_s, device, repeats)
             expanded = self.result_expanded if self.result_name == job.label else \
                 index_for(rr.result).default_expanded()
             self.param.update(result=rr, result_name=job.label, error="", eager_seconds=eager_s,

@@ -15,9 +15,10 @@ import param
 import inspector
 from inspector.core.packed import structure_of
 from inspector.core.sharding import axes_text, check_specs, presets
-from inspector.ui.formatting import plural
-from inspector.ui.operations import index_fields, prepare
-from inspector.ui.tree_index import ROOT_ID
+from inspector.ui.session.formatting import plural
+from inspector.ui.session.loaded import prepare
+from inspector.ui.session.ops.index import index_fields
+from inspector.ui.session.tree_index import ROOT_ID
 
 _AXIS = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+)\s*")
 

@@ -20,8 +20,8 @@ import numpy as np
 
 import inspector
 from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, TYPE, value_difference
-from inspector.ui.formatting import human_bytes, human_count, plural, shape_text
-from inspector.ui.tree_index import _SEP, ROOT_ID, TreeIndex
+from inspector.ui.session.formatting import human_bytes, human_count, plural, shape_text
+from inspector.ui.session.tree_index import _SEP, ROOT_ID, TreeIndex
 
 _INT_KEY = re.compile(r"^\[(-?\d+)\]$")
 

@@ -1,23 +1,26 @@
-"""The stack and unstack forms: which trees, in which order; which tree to split."""
+"""The stack form: which trees, in which order."""
 
 from __future__ import annotations
 
 import panel as pn
 import panel_material_ui as pmui
 
+from inspector.ui.forms import form
 
+
+@form("stack")
 class StackForm(pn.viewable.Viewer):
     """Trees to stack along a new leading axis; the order is shown and can be changed."""
 
-    def __init__(self, state, **params):
+    def __init__(self, settings, state, **params):
         super().__init__(**params)
-        self._state = state
+        self._settings, self._state = settings, state
         self.names = pmui.MultiChoice(label="Trees to stack", options=list(state.trees),
-                                      value=list(state.stack_names), sizing_mode="stretch_width")
+                                      value=list(settings.trees), sizing_mode="stretch_width")
         self.names.param.watch(self._on_names, "value")
         self._order = pmui.Column(sizing_mode="stretch_width", margin=0)
         state.param.watch(self._update_options, "trees")
-        state.param.watch(self._update_order, "stack_names")
+        settings.param.watch(self._update_order, "trees")
         self._update_order()
 
     def __panel__(self):
@@ -29,19 +32,15 @@ class StackForm(pn.viewable.Viewer):
         self.names.options = list(self._state.trees)
 
     def _on_names(self, event):
-        if list(event.new) != list(self._state.stack_names):
-            self._state.stack_names = list(event.new)
+        if list(event.new) != list(self._settings.trees):
+            self._settings.trees = list(event.new)
 
     def move(self, i: int, step: int) -> None:
         """Moves the `i`-th tree of the order by `step` places (-1 earlier, +1 later)."""
-        names = list(self._state.stack_names)
-        j = i + step
-        if 0 <= i < len(names) and 0 <= j < len(names):
-            names[i], names[j] = names[j], names[i]
-            self._state.stack_names = names
+        self._settings.move(i, step)
 
     def _update_order(self, *_):
-        names = list(self._state.stack_names)
+        names = list(self._settings.trees)
         if list(self.names.value) != names:
             self.names.value = names
         rows = []
@@ -58,28 +57,3 @@ class StackForm(pn.viewable.Viewer):
                                 sizing_mode="stretch_width", margin=(0, 10)),
                 up, down, sizing_mode="stretch_width", margin=0))
         self._order[:] = rows
-
-
-class UnstackForm(pn.viewable.Viewer):
-    """The tree to split along axis 0 into a list of trees (the inverse of stack)."""
-
-    def __init__(self, state, **params):
-        super().__init__(**params)
-        self._state = state
-        self.tree = pmui.Select(label="Tree to unstack", options=list(state.trees),
-                                value=state.selected or None, sizing_mode="stretch_width")
-        self.tree.param.watch(self._on_tree, "value")
-        state.param.watch(self._update, ["trees", "selected"])
-
-    def __panel__(self):
-        return pmui.Column(self.tree, pmui.Typography(
-            "Every leaf is split along its leading axis; all leaves need the same size there.",
-            variant="caption", margin=(0, 10)), sizing_mode="stretch_width")
-
-    def _on_tree(self, event):
-        if event.new and event.new != self._state.selected:
-            self._state.selected = event.new
-
-    def _update(self, *_):
-        self.tree.param.update(options=list(self._state.trees),
-                               value=self._state.selected or None)

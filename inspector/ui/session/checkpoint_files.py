@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 import inspector
-from inspector.ui.formatting import human_bytes
-from inspector.ui.operations import LoadedTree, SetupError, prepare
+from inspector.ui.session.formatting import human_bytes
+from inspector.ui.session.loaded import LoadedTree, SetupError, prepare
 
 MAX_UPLOAD_BYTES = 100 * 2**20
 """Largest file the upload accepts (bigger checkpoints: put them under the root, use the picker)."""

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from inspector.ui.formatting import human_bytes, human_count, plural, shape_text
+from inspector.ui.session.formatting import human_bytes, human_count, plural, shape_text
 
 GROUP_SIZE = 100
 ROOT_ID = "(root)"

@@ -1,0 +1,51 @@
+"""Un-jitted references, timed beside the compiled run on request (each op's settings class
+writes its own as plain `jax.tree.map` calls: what users write by hand).
+
+Timing it beside the compiled run shows what compiling once per structure (and packing leaves
+into one buffer) buys. Inputs are placed on the device first, so only the op itself is timed,
+each call ended by `block_until_ready`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import numpy as np
+
+import inspector
+
+
+def place(tree, device):
+    """`tree` (unpacked) on `device`, for an eager reference to work on."""
+    if isinstance(tree, inspector.PackedTree):
+        tree = tree.unpack()
+    return jax.device_put(tree, inspector.resolve_device(device))
+
+
+def time_eager(call, repeats: int = 3, warmup: int = 1) -> tuple[float, object]:
+    """Returns `(median seconds, result)` of `call()` over `repeats` timed calls."""
+    result = None
+    for _ in range(warmup):
+        result = jax.block_until_ready(call())
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        result = jax.block_until_ready(call())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def max_abs_diff(result, reference) -> float:
+    """max |a - b| over the leaves of two trees of equal structure (0.0 for no leaves)."""
+    if isinstance(result, inspector.PackedTree):
+        result = result.unpack()
+    a, b = jax.tree.leaves(result), jax.tree.leaves(reference)
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.size:
+            d = np.abs(x.astype(np.float64) - y.astype(np.float64))
+            worst = max(worst, float(np.nanmax(d)) if not np.all(np.isnan(d)) else 0.0)
+    return worst
