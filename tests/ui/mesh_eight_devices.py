@@ -41,8 +41,9 @@ def main() -> None:
     record["labels"] = {r.path: index.label(("node", i))[0] for i, r in enumerate(index.rows)
                         if r.kind == "leaf"}
     record["device_map_input"] = device_map_data(state)
-    state.param.update(op="weighted_sum", ws_names=[state.selected, state.selected],
-                       ws_weights=[0.5, 0.25])
+    state.ops["weighted_sum"].param.update(trees=[state.selected, state.selected],
+                                           weights=[0.5, 0.25])
+    state.op = "weighted_sum"
     state.param.trigger("run")
     record["run"] = [state.error, dict(timing_lines(state.result))]
     record["device_map"] = device_map_data(state)
