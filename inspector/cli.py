@@ -1,6 +1,10 @@
 """`pytree-inspector CKPT...`: open checkpoints in the app, served on 127.0.0.1.
 
     pytree-inspector model.safetensors old.npz --root ~/checkpoints --port 5006 --no-show
+    pytree-inspector ckpt --coordinator 10.0.0.1:1234 --num-processes 4 --process-id 0
+
+With `--coordinator`, the processes join one `jax.distributed` cluster: process 0 serves the
+page, the others follow, running the page's work on trees sharded over every host's devices.
 
 This is the only place besides `main.py` that prints or exits: the library raises.
 Exit codes: 0 after the server stopped (Ctrl+C), 2 for bad arguments or unreadable files.
@@ -34,6 +38,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--examples", action=argparse.BooleanOptionalAction, default=None,
                         help="also load the built-in example trees (default: only when no "
                         "checkpoint is given)")
+    hosts = parser.add_argument_group(
+        "several hosts", "run one process per host with the same files and arguments; process "
+        "0 serves the page, the others run the same operations on their devices")
+    hosts.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="process 0's address for jax.distributed (the same on every host)")
+    hosts.add_argument("--num-processes", type=int, default=1, help="how many processes")
+    hosts.add_argument("--process-id", type=int, default=0, help="this process (0 serves)")
     return parser.parse_args(argv)
 
 
@@ -60,25 +71,66 @@ def main(argv: list[str] | None = None) -> int:
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
                      "open.")
+    if args.coordinator is None and args.num_processes != 1:
+        return _fail("--num-processes needs --coordinator HOST:PORT (process 0's address).")
+    if not 0 <= args.process_id < max(args.num_processes, 1):
+        return _fail(f"--process-id {args.process_id}: give 0 to {args.num_processes - 1}.")
+    if args.coordinator is not None:
+        from inspector.ui.session.hosts import initialize
+
+        initialize(args.coordinator, args.num_processes, args.process_id)  # before any JAX work
     import inspector
 
     try:
         trees = load_all(args.paths)
     except inspector.InspectorError as error:
         return _fail(str(error))
+    examples = args.examples if args.examples is not None else not trees
+    if args.coordinator is not None and args.process_id != 0:
+        return _follow(args, trees, root, examples)
     from inspector.ui.app import serve
+
+    leader = None
+    if args.coordinator is not None:
+        from inspector.ui.session.hosts import Leader
+
+        leader = Leader()
 
     def started(url: str) -> None:
         what = f"{len(trees)} checkpoint(s)" if trees else "the example trees"
         print(f"{PROG}: serving {what} at {url} (files under {root}; Ctrl+C stops)",
               flush=True)
 
-    examples = args.examples if args.examples is not None else not trees
     try:
         serve(trees, root=root, address=args.address, port=args.port, show=args.show,
-              examples=examples, started=started)
+              examples=examples, started=started, hosts=leader)
     except OSError as error:  # the port is taken, the address is not this machine's, ...
         return _fail(f"cannot serve on {args.address}:{args.port}: {error}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if leader is not None:
+            leader.stop()  # the followers exit too
+    return 0
+
+
+def _follow(args, trees: dict, root, examples: bool) -> int:
+    """A follower: builds each page session's state as process 0 does and runs its commands."""
+    from inspector.ui.app import new_state
+    from inspector.ui.session.hosts import follow
+    from inspector.ui.session.loaded import prepare
+
+    prepared = [prepare(name, tree, "command line") for name, tree in trees.items()]
+
+    def session():
+        state = new_state(defaults=examples, background=False, trees=prepared, root=root)
+        state.auto_run = False  # only process 0's commands run anything here
+        return state
+
+    me = f"{PROG} [process {args.process_id}/{args.num_processes}]"
+    print(f"{me}: following process 0 ({args.coordinator})", flush=True)
+    try:
+        follow(session, log=lambda line: print(f"{me}: {line}", flush=True))
     except KeyboardInterrupt:
         pass
     return 0

@@ -87,8 +87,24 @@ class InspectorApp(pn.viewable.Viewer):
                            sizing_mode="stretch_width")
 
 
+def new_state(defaults: bool = True, background: bool = True, trees=(),
+              root=None) -> InspectorState:
+    """A session state with the default examples (if `defaults`) and then `trees` (prepared
+    `LoadedTree`s) added: the first selected, the first two set up for comparing."""
+    root = default_root() if root is None else str(root)
+    state = InspectorState(background=background, file_root=root)
+    if defaults:
+        state.load_defaults()
+    names = [state.add(loaded) for loaded in trees]
+    if names:
+        state.selected = names[0]
+    if len(names) >= 2:
+        state.param.update(diff_a=names[0], diff_b=names[1])
+    return state
+
+
 def create_app(state: InspectorState | None = None, defaults: bool = True,
-               background: bool = True, trees=(), root=None) -> pmui.Page:
+               background: bool = True, trees=(), root=None, hosts=None) -> pmui.Page:
     """Returns the page for one session (call it once per session: it builds a new state).
 
     Args:
@@ -98,17 +114,14 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
         trees: `LoadedTree`s to add first (prepared once, shared by every session); the first
             is selected, and the first two are set up for comparing (a, b).
         root: the folder the file picker may open (None: `default_root()`; '': no picker).
+        hosts: the `hosts.Leader` when served from several hosts (the launcher's
+            `--num-processes`): the session's work on trees spread over every host's devices
+            is broadcast to the followers, which run it too.
     """
     if state is None:
-        root = default_root() if root is None else str(root)
-        state = InspectorState(background=background, file_root=root)
-        if defaults:
-            state.load_defaults()
-        names = [state.add(loaded) for loaded in trees]
-        if names:
-            state.selected = names[0]
-        if len(names) >= 2:
-            state.param.update(diff_a=names[0], diff_b=names[1])
+        state = new_state(defaults, background, trees, root)
+    if hosts is not None:
+        state.hosts, state.session_id = hosts, hosts.new_session(list(state.trees))
     app = InspectorApp(state)
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320)
     page.inspector = app  # for tests and the benchmark: the views of this session
@@ -117,7 +130,7 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
 
 def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port: int = 0,
           show: bool = True, examples: bool = True,
-          started: Callable[[str], None] | None = None, **kwargs) -> None:
+          started: Callable[[str], None] | None = None, hosts=None, **kwargs) -> None:
     """Serves the app on `address` (this machine only by default) until interrupted, a fresh
     state per browser session; `trees` ({name: tree}, e.g. opened checkpoints) are in every
     session.
@@ -129,6 +142,7 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
         show: open a browser tab.
         examples: also load the built-in example trees.
         started: called with the app's URL once the server listens (the launcher prints it).
+        hosts: the `hosts.Leader` of process 0 when served from several hosts.
     """
     from inspector.ui.session.loaded import prepare
 
@@ -141,7 +155,7 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
             port = s.getsockname()[1]
 
     def session():
-        return create_app(defaults=examples, trees=prepared, root=root)
+        return create_app(defaults=examples, trees=prepared, root=root, hosts=hosts)
 
     origins = [f"{address}:{port}"] + ([f"localhost:{port}"] if address == "127.0.0.1" else [])
     server = pn.serve({"inspector": session}, address=address, port=port, show=False,

@@ -33,6 +33,8 @@ def leaf_array(tree, index: TreeIndex, path: str):
     leaf = index.flat_leaves(tree)[n]
     if not hasattr(leaf, "shape") and not isinstance(leaf, bool | int | float | complex):
         return None
+    if not getattr(leaf, "is_fully_addressable", True):
+        return None  # spread over several hosts: gathering it would need every host
     return np.asarray(leaf)
 
 
@@ -44,7 +46,8 @@ def short_values(tree, index: TreeIndex, row_i: int, limit: int = 8) -> str | No
         return None
     if not isinstance(tree, inspector.PackedTree):
         leaf = index.flat_leaves(tree)[index.leaf_number[row_i]]
-        if isinstance(leaf, inspector.LazyArray):
+        if isinstance(leaf, inspector.LazyArray) or not getattr(leaf, "is_fully_addressable",
+                                                                  True):
             return None
     x = leaf_array(tree, index, row.path or ROOT_ID)
     if x is None:

@@ -16,6 +16,7 @@ import inspector
 from inspector.core.packed import structure_of
 from inspector.core.sharding import axes_text, check_specs, presets
 from inspector.ui.session.formatting import plural
+from inspector.ui.session.hosts import led_shard, shared_now
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.ops.index import index_fields
 from inspector.ui.session.tree_index import ROOT_ID
@@ -135,8 +136,15 @@ class MeshState(param.Parameterized):
                     f"Unexpected {type(exc).__name__}: {exc}"
                 return
             new = session.add(out, select=True)
+            shared_now(session, [new])
             self.specs = {**self.specs, new: dict(self.specs.get(loaded.name, {}))}
             session.error = ""
 
+        try:  # served from several hosts: every follower shards its copy too
+            work = led_shard(session, loaded.name, self.axes, self.specs.get(loaded.name, {}),
+                             work)
+        except inspector.InspectorError as e:
+            session.error = str(e)
+            return
         session._submit(lambda: (f"Sharding {loaded.name} over {axes_text(axes)} "
                                  f"({plural(len(inspector.devices()), 'device')}) …", work, done))

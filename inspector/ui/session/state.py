@@ -16,6 +16,7 @@ import param
 import inspector
 from inspector import examples
 from inspector.ui.session.example_sets import EXAMPLE_SETTINGS, example_trees
+from inspector.ui.session.hosts import led_keep, led_run, shared_now, spans_hosts
 from inspector.ui.session.loaded import LoadedTree, prepare
 from inspector.ui.session.mesh_state import MeshState
 from inspector.ui.session.op_settings import OpSettings, settings_classes
@@ -124,6 +125,8 @@ class InspectorState(param.Parameterized):
         self._queue: list = []
         self._kept = 0
         self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
+        self.hosts = None  # the `hosts.Leader` when served from several hosts
+        self.session_id = 0
         self.ops = {name: cls() for name, cls in settings_classes().items()}
         self.param.op.objects = list(self.ops)  # ops registered after this module loaded too
         for settings in self.ops.values():
@@ -370,6 +373,8 @@ class InspectorState(param.Parameterized):
                 diff = max_abs_diff(rr.result, reference)
             return rr, eager_s, diff
 
+        work = led_run(self, job, work)  # followers run it too when its inputs span hosts
+
         def done(out, exc):
             if exc is not None:
                 self.error = error_text(exc)
@@ -400,11 +405,15 @@ class InspectorState(param.Parameterized):
                         for i, t in enumerate(rr.result)]
             return [prepare(base, rr.result, f"result of {label}")]
 
+        work = led_keep(self, rr.result, work)
+
         def done(loaded, exc):
             if exc is not None:
                 self.error = error_text(exc)
                 return
             names = [self.add(t) for t in loaded]
+            if spans_hosts(rr.result):
+                shared_now(self, names)
             self.selected = names[0]
 
         self._submit(lambda: (f"Keeping {label} …", work, done))
