@@ -89,6 +89,15 @@ def main() -> None:
     record["index_mesh"] = values(inspector.index(sharded[0], index_tree))
     record["index_one"] = values(inspector.index(hosts[0], index_tree))
 
+    # merges (issue 13) on the mesh: float leaves only
+    floats = [{k: t[k] for k in ("w", "b", "e")} for t in sharded]
+    floats_host = [{k: t[k] for k in ("w", "b", "e")} for t in hosts]
+    record["merge"] = {}
+    for method, kwargs in (("ties", {"density": 0.5}), ("dare_linear", {"density": 0.5})):
+        on_mesh = inspector.merge(method, floats[1:], base=floats[0], **kwargs)
+        on_one = inspector.merge(method, floats_host[1:], base=floats_host[0], **kwargs)
+        record["merge"][method] = [values(on_mesh), values(on_one)]
+
     # packed buffers laid out over the mesh: one kernel per dtype, on the mesh
     flat = [pack({"a": t["w"], "c": t["w"][:, 0]}) for t in hosts[:2]]
     placed = [PackedTree(p.layout, {g: jax.device_put(b, NamedSharding(m, PartitionSpec("data")))

@@ -128,6 +128,13 @@ def test_index_keeps_the_layout_of_kept_axes(record):
     np.testing.assert_array_equal(mesh["['i']"][3], t["i"][-1])
 
 
+def test_merges_on_the_mesh_keep_shardings_and_match_one_device(record):
+    for method, (mesh, one) in record["merge"].items():
+        assert _specs(mesh) == {p: s for p, s in INPUT_SPECS.items()
+                                if p in ("['w']", "['b']", "['e']")}, method
+        assert {p: v[3] for p, v in mesh.items()} == {p: v[3] for p, v in one.items()}, method
+
+
 def test_packed_weighted_sum_on_mesh_buffers(record):
     spec, on_mesh, on_one = record["packed"][:3]
     assert spec == "P('data',)"

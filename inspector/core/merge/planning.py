@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import validate
+from inspector.core import placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.merge import checks, kernels
 from inspector.core.merge.methods import Method
@@ -36,6 +36,7 @@ def plan_merge(method: str, trees, *, base=None, weights=None, device=None, **pa
     checks.check_trees(spec, trees, base)
     device = resolve_device(device)
     inputs = ([base] if spec.needs_base else []) + trees
+    placement.check_one_mesh(inputs, f"Cannot merge with {spec.name!r}")
     k = len(trees)
     statics = _statics(spec, values)
     fparams = _float_params(spec, values, k)
@@ -206,7 +207,13 @@ def _leaf_plan(spec, inputs, compute, statics, fparams, key, values, device) -> 
         shape = tuple(x.shape)
         call_key = ("merge", spec.name, n_in, statics, shape, str(dtype))
         args = [fparams, _int_params(counts[i], i, 0), key(i), *(col[i] for col in columns)]
-        calls.append(Call(call_key, partial(_leaf_kernel, compute, shape, dtype), args))
+        call = Call(call_key, partial(_leaf_kernel, compute, shape, dtype), args)
+        sharding = placement.first(args[3:])
+        if sharding is not None:  # SPMD over the mesh; the merged leaf keeps the layout
+            call.shardings = ((placement.replicated(sharding.mesh),) * 3
+                              + placement.like(sharding, args[3:]))
+            call.out_shardings = sharding
+        calls.append(call)
         read += n_in * sizes[i] * dtype.itemsize
         written += sizes[i] * dtype.itemsize
     return Plan(f"merge:{spec.name}", device, calls, treedef.unflatten, read, written)
