@@ -5,11 +5,12 @@
 Without accelerators it makes `--devices` fake CPU devices (XLA_FLAGS, set before JAX starts);
 on a machine with several GPUs/TPUs it uses the real ones (`--devices` is then ignored).
 Prints, from one run: the weighted sum of K transformer-like trees of P float32 parameters
-timed with `inspector.run` on one device and as SPMD programs over a mesh of every device (the
-same bytes: every leaf split along its first axis), their ratio, and whether the results match
-bit for bit; then the time `inspector.shard` takes to lay a P-parameter host tree out over the
-mesh, against `jax.device_put` of the same tree onto one device. Medians with the spread
-(min-max). On fake CPU devices this checks logic and overhead, not speed (no target).
+timed with `inspector.run` on one device and as SPMD programs over a mesh of every device
+(the same bytes: every leaf split along its first axis; runs interleaved), their ratio, and
+whether the results match bit for bit; then the time `inspector.shard` takes to lay a
+P-parameter host tree out over the mesh, against `jax.device_put` of the same tree onto one
+device. Medians with the spread (min-max). On fake CPU devices this checks logic and
+overhead, not speed (no target).
 """
 
 from __future__ import annotations
@@ -58,19 +59,25 @@ def main() -> None:
 
     one = [jax.device_put(t, devices[0]) for t in hosts]
     sharded = [inspector.shard(t, m, "data") for t in hosts]
-    r1 = inspector.run(inspector.weighted_sum, one, weights, repeats=args.repeats)
-    rm = inspector.run(inspector.weighted_sum, sharded, weights, repeats=args.repeats)
+    r1 = inspector.run(inspector.weighted_sum, one, weights, repeats=1)  # compiles
+    rm = inspector.run(inspector.weighted_sum, sharded, weights, repeats=1)
+    t1, tm = [], []
+    for _ in range(args.repeats):  # interleaved, so both see the same machine load
+        t1 += inspector.run(inspector.weighted_sum, one, weights, repeats=1, warmup=0).times
+        tm += inspector.run(inspector.weighted_sum, sharded, weights, repeats=1, warmup=0).times
+    moved = r1.bytes_read + r1.bytes_written
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
                zip(jax.tree.leaves(r1.result), jax.tree.leaves(rm.result), strict=True))
     print()
     print(f"| weighted sum, P = {n_params:.3g}, K = {args.trees} | median (min-max) | GB/s "
           f"| compile s |")
     print("|---|---|---|---|")
-    print(f"| 1 device ({r1.device}) | {ms(r1.times)} | {r1.gbps:.1f} | "
-          f"{r1.compile_seconds:.2f} |")
-    print(f"| mesh {rm.mesh} ({rm.device}) | {ms(rm.times)} | {rm.gbps:.1f} | "
-          f"{rm.compile_seconds:.2f} |")
-    print(f"| ratio mesh / 1 device | {rm.median_seconds / r1.median_seconds:.2f} | | |")
+    for label, r, times in ((f"1 device ({r1.device})", r1, t1),
+                            (f"mesh {rm.mesh} ({rm.device})", rm, tm)):
+        gbps = moved / statistics.median(times) / 1e9
+        print(f"| {label} | {ms(times)} | {gbps:.1f} | {r.compile_seconds:.2f} |")
+    print(f"| ratio mesh / 1 device | {statistics.median(tm) / statistics.median(t1):.2f} "
+          "| | |")
     print(f"\nresults bit for bit equal: {same}")
 
     host = hosts[0]
