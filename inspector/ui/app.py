@@ -128,6 +128,9 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
     return page
 
 
+UNUSED_SESSION_LIFETIME_MS = 120_000
+
+
 def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port: int = 0,
           show: bool = True, examples: bool = True,
           started: Callable[[str], None] | None = None, hosts=None, **kwargs) -> None:
@@ -158,6 +161,10 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
         return create_app(defaults=examples, trees=prepared, root=root, hosts=hosts)
 
     origins = [f"{address}:{port}"] + ([f"localhost:{port}"] if address == "127.0.0.1" else [])
+    # Bokeh discards a session whose page has not connected 15 s after its document was built;
+    # with many sessions arriving at once, documents are built one after another on the event
+    # loop and a late page would stay blank. Two minutes covers 20 arrivals on 2 busy cores.
+    kwargs.setdefault("unused_session_lifetime_milliseconds", UNUSED_SESSION_LIFETIME_MS)
     server = pn.serve({"inspector": session}, address=address, port=port, show=False,
                       start=False, verbose=False, websocket_origin=origins, title=TITLE,
                       **kwargs)  # Ctrl+C stops it: pn.serve handles SIGINT
