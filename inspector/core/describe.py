@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from inspector.core import nodes
+from inspector.core.lazy import LazyArray
 from inspector.core.leaves import dtype_name, leaf_info
 from inspector.core.packed import structure_of
 from inspector.core.sharding import sharding_text
@@ -98,8 +99,9 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
     if kind == nodes.LEAF:
         shape, dtype, nbytes, device = leaf_info(node)
         n_params = math.prod(shape) if shape is not None else 0
-        sharding = sharding_text(node) if device is not None or hasattr(node, "sharding") \
-            else None
+        # on a device, or a checkpoint leaf saved sharded (100k-leaf trees: skip the rest)
+        sharding = sharding_text(node) if device is not None or (
+            type(node) is LazyArray and node.sharding is not None) else None
         rows.append(_row(path, key, depth, kind, type(node).__name__, shape, dtype, nbytes,
                          1, n_params, 0, device, sharding))
         return nbytes, 1, n_params
