@@ -239,3 +239,15 @@ def test_shard_on_one_device_keeps_values_and_strings():
     np.testing.assert_array_equal(np.asarray(out["w"]), tree["w"])
     assert out["n"].dtype == np.int32 and int(out["n"]) == 3
     assert [r.sharding for r in inspector.describe(out)] == [None] * 5  # one device: no text
+
+
+def test_device_bytes_of_lazy_and_host_trees_is_zero_and_of_placed_ones_their_bytes(tmp_path):
+    path = inspector.save({"w": np.ones((3, 4), np.float32)}, tmp_path / "m.safetensors")
+    lazy = inspector.load(path)
+    assert isinstance(lazy["w"], inspector.LazyArray)
+    names = [inspector.device_name(d) for d in jax.local_devices()]
+    assert inspector.device_bytes(lazy) == dict.fromkeys(names, 0)
+    assert inspector.device_bytes(inspector.pack({"w": np.ones(5, np.int16)})) == \
+        dict.fromkeys(names, 0)
+    placed = jax.device_put(np.ones((3, 4), np.float32), jax.local_devices()[0])
+    assert inspector.device_bytes({"a": placed, "b": lazy})[names[0]] == 48
