@@ -78,7 +78,7 @@ def negate():
 
 
 def test_the_four_ops_are_registered_in_tab_order():
-    assert list(settings_classes()) == ["weighted_sum", "index", "stack", "unstack"]
+    assert list(settings_classes()) == ["weighted_sum", "index", "stack", "unstack", "merge"]
     assert set(form_registry.forms()) >= set(settings_classes())
 
 

@@ -216,7 +216,7 @@ def _leaf_plan(spec, inputs, compute, statics, fparams, key, values, device) -> 
         calls.append(call)
         read += n_in * sizes[i] * dtype.itemsize
         written += sizes[i] * dtype.itemsize
-    return Plan(f"merge:{spec.name}", device, calls, treedef.unflatten, read, written)
+    return Plan("merge", device, calls, treedef.unflatten, read, written)
 
 
 def _packed_plan(spec, inputs, compute, statics, fparams, key, values, device) -> Plan:
@@ -255,4 +255,4 @@ def _packed_plan(spec, inputs, compute, statics, fparams, key, values, device) -
     def assemble(outputs):
         return inputs[0].with_dtypes({g: outputs[e] for g, e in zip(groups, ends, strict=True)})
 
-    return Plan(f"merge:{spec.name}", device, calls, assemble, read, written)
+    return Plan("merge", device, calls, assemble, read, written)

@@ -132,7 +132,7 @@ class InspectorState(param.Parameterized):
         for settings in self.ops.values():
             settings.param.watch(self._update_preview, settings.watched())
             if settings.live:
-                settings.param.watch(lambda _, s=settings: self._on_live(s), list(settings.live))
+                settings.param.watch(lambda *_, s=settings: self._on_live(s), list(settings.live))
             if settings.follows_selection:
                 settings.tree = self.selected
                 settings.param.watch(self._on_settings_tree, "tree")
@@ -366,7 +366,7 @@ class InspectorState(param.Parameterized):
             rr = inspector.run(job.fn, *job.args, device=device, repeats=repeats)
             index_for(rr.result)  # describe the result here, off the event loop
             eager_s = diff = None
-            if eager:
+            if eager and job.eager is not None:  # merges have no eager reference
                 from inspector.ui.session.eager import max_abs_diff, time_eager
 
                 eager_s, reference = time_eager(job.eager(device), repeats=min(repeats, 3))
