@@ -111,7 +111,8 @@ def bench_value_diff(mb: float) -> None:
         def read_once():
             for path in paths:
                 for leaf in jax.tree.leaves(inspector.load(path)):
-                    np.asarray(leaf)
+                    x = np.asarray(leaf)
+                    x.reshape(-1).view(np.uint8)[::4096].sum()  # touch every page (mmap)
 
         def value_diff():
             return inspector.diff(inspector.load(paths[0]), inspector.load(paths[1]),
@@ -138,15 +139,16 @@ def bench_value_diff(mb: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=float, default=1e7)
-    parser.add_argument("--ks", default="2,3")
+    parser.add_argument("--ks", default="2,3", help="model counts ('' skips the merges)")
     parser.add_argument("--rounds", type=int, default=3, help="reference samples per op")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per round")
     parser.add_argument("--mb", type=float, default=1144, help="each checkpoint (0: skip)")
     args = parser.parse_args()
-    ref = Reference()
-    bench_methods(ref, args.params, [int(k) for k in args.ks.split(",")], args.rounds,
-                  args.repeats)
-    ref.close()
+    if args.ks:
+        ref = Reference()
+        bench_methods(ref, args.params, [int(k) for k in args.ks.split(",")], args.rounds,
+                      args.repeats)
+        ref.close()
     if args.mb:
         bench_value_diff(args.mb)
 
