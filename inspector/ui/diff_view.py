@@ -16,7 +16,8 @@ import panel_material_ui as pmui
 from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, KINDS
 from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
 from inspector.ui.session.tree_index import ROOT_ID
-from inspector.ui.tree_view import LazyTree, _find, _item_at
+from inspector.ui.tree_view import _find, _item_at
+from inspector.ui.windowed_tree import WindowedTree
 
 _HINT = ("Pick two loaded trees: **a**, the expected tree (the model's parameters), and **b**, "
          "the tree to check against it (a checkpoint). Open checkpoints from the sidebar.")
@@ -74,22 +75,15 @@ class DiffSummary(pn.viewable.Viewer):
 
 
 class DiffTreeView(pn.viewable.Viewer):
-    """The union of both trees as a lazy `pmui.Tree`, fed from the `TreeDiff`'s index exactly
-    as `TreeView` feeds the input tree (children sent on expand, ranges of 100)."""
+    """The union of both trees as a lazy `WindowedTree`, fed from the `TreeDiff`'s index
+    exactly as `TreeView` feeds the input tree (children sent on expand, ranges of 100)."""
 
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
         self._syncing = False
-        self.tree = LazyTree(items=[], multi_select=False, level_indent=14,
-                             sizing_mode="stretch_width", margin=(0, 0),
-                             # Bounded: each row's badges sit at its end, near its label.
-                             sx={"maxWidth": "860px", "maxHeight": "620px", "overflowY": "auto",
-                                 "& .MuiTypography-body2": {"fontSize": "13.5px"},
-                                 "& .labelIcon": {"fontSize": "1.05rem"},
-                                 "& .MuiButton-root": {"minWidth": 0, "padding": "0 8px",
-                                                       "lineHeight": 1.6, "fontSize": "12px",
-                                                       "textTransform": "none"}})
+        self.tree = WindowedTree(items=[], level_indent=16, max_height=620,
+                                 sizing_mode="stretch_width", margin=(0, 0))
         self.tree.param.watch(self._on_expanded, "expanded")
         self.tree.param.watch(self._on_active, "active")
         state.param.watch(self._update, ["diff_result", "diff_only", "diff_expanded",

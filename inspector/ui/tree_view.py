@@ -1,4 +1,4 @@
-"""The tree view: a lazily fed `pmui.Tree`, a leaf search table, and the selected leaf's stats.
+"""The tree view: a lazily fed windowed tree, a leaf search table, and the selected leaf's stats.
 
 Items come from the tree's `TreeIndex`: the widget holds only what is visible. Expanding a
 node in the browser sets the widget's `expanded`; the view turns those index paths into key
@@ -16,18 +16,7 @@ import param
 
 from inspector.ui.leaf_stats import LeafStatsView, short_values
 from inspector.ui.session.formatting import human_bytes, human_count, plural
-
-
-class LazyTree(pmui.Tree):
-    """A `pmui.Tree` whose owner sets `expanded` together with `items`.
-
-    pmui remaps `expanded` after every change of `items` by searching all items for each
-    expanded one (quadratic in the items shown); `TreeView` computes the paths itself while it
-    builds the items, so that remapping is skipped.
-    """
-
-    def _update_expanded(self, event):
-        pass
+from inspector.ui.windowed_tree import WindowedTree
 
 
 def _find(items: list, target: str, path=()) -> tuple[int, ...] | None:
@@ -148,13 +137,8 @@ class TreeView(pn.viewable.Viewer):
         self._loaded = False  # the page has loaded (the search field may join)
         self._stats_shown = False
         self._stats_layout = None
-        self.tree = LazyTree(items=[], multi_select=False, level_indent=14,
-                             sizing_mode="stretch_width", margin=(0, 0),
-                             # Scrolled by CSS: a scrolling Panel column around it
-                             # costs about 0.3 s more to first paint.
-                             sx={"maxWidth": "none", "maxHeight": "600px", "overflowY": "auto",
-                                 "& .MuiTypography-body2": {"fontSize": "13.5px"},
-                                 "& .labelIcon": {"fontSize": "1.05rem"}})
+        self.tree = WindowedTree(items=[], level_indent=16, max_height=600,
+                                 sizing_mode="stretch_width", margin=(0, 0))
         self.tree.param.watch(self._on_expanded, "expanded")
         self.tree.param.watch(self._on_active, "active")
         self._header = pmui.Typography("", variant="body2", margin=(0, 10),

@@ -10,13 +10,18 @@ pytestmark = pytest.mark.browser
 
 
 def node(page, node_id: str):
-    """The tree item whose id (key path) is `node_id` (the DOM id ends with it)."""
-    return page.locator(f'li[role=treeitem][id$="-{node_id}"]').first
+    """The tree row whose key path is `node_id` (the ARIA tree contract: `data-path`)."""
+    return page.locator(f'[role=treeitem][data-path="{node_id}"]').first
 
 
 def toggle(page, node_id: str) -> None:
     """Clicks a tree item's expand arrow."""
-    node(page, node_id).locator(":scope > div > div").first.click()
+    node(page, node_id).locator(".wtree-toggle").click()
+
+
+def selected(page, node_id: str):
+    """The tree row of `node_id` once it is the selected one (`aria-selected=true`)."""
+    return page.locator(f'[role=treeitem][data-path="{node_id}"][aria-selected=true]').first
 
 
 def run(page) -> None:
@@ -61,8 +66,9 @@ def test_weighted_sum_result_and_timing(page):
     card.wait_for()
     result = page.get_by_role("treeitem", name=re.compile(r"^weighted_sum\(t1, t2, t3\)"))
     result.first.wait_for()
-    assert "= [[26, 11], [21, 24]]" in result.first.inner_text()
-    assert "= [33, 18]" in result.first.inner_text()
+    tree = page.locator("[role=tree]", has=result)  # the result's tree: its rows are flat
+    assert "= [[26, 11], [21, 24]]" in tree.inner_text()
+    assert "= [33, 18]" in tree.inner_text()
     text = card.inner_text()
     assert "compile" in text and "run (median of 5)" in text and "GB/s" in text
     assert "cpu:0" in text
@@ -115,3 +121,31 @@ def test_two_sessions_do_not_see_each_others_trees(browser, served_url, page):
     assert second.get_by_text("weighted_sum_1", exact=True).count() == 0
     assert page.get_by_text("weighted_sum_1", exact=True).count() >= 1
     other.close()
+
+
+def test_the_tree_follows_the_aria_tree_pattern_by_keyboard_and_click(page):
+    root, first = node(page, "(root)"), node(page, "[0]")
+    assert root.get_attribute("aria-level") == "1"
+    assert root.get_attribute("aria-expanded") == "true"
+    assert first.get_attribute("aria-level") == "2"
+    assert node(page, "[0][0]").get_attribute("aria-expanded") is None  # a leaf
+    first.locator(".wtree-label").click()  # focuses the tree on this row and selects it
+    selected(page, "[0]").wait_for()
+    page.keyboard.press("ArrowLeft")  # an open node collapses
+    node(page, "[0][0]").wait_for(state="detached")
+    assert node(page, "[0]").get_attribute("aria-expanded") == "false"
+    page.keyboard.press("ArrowRight")  # a closed node expands
+    node(page, "[0][0]").wait_for()
+    page.keyboard.press("ArrowRight")  # an open node: on to its first child
+    page.keyboard.press("Enter")  # selects it: its leaf stats show
+    page.get_by_text("std").first.wait_for()
+    selected(page, "[0][0]").wait_for()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    selected(page, "[0][1]").wait_for()
+    page.keyboard.press("ArrowLeft")  # a leaf: up to its parent
+    page.keyboard.press("ArrowUp")  # and up to the root
+    page.keyboard.press("Enter")
+    selected(page, "(root)").wait_for()
+    toggle(page, "[0]")  # a click on the arrow toggles
+    node(page, "[0][0]").wait_for(state="detached")

@@ -21,8 +21,8 @@ OLD = {"dense": {"kernel": np.ones((3, 4), np.float32)},
 
 
 def node(page, node_id: str):
-    """The tree item whose id (key path) is `node_id` (the DOM id ends with it)."""
-    return page.locator(f'li[role=treeitem][id$="-{node_id}"]').first
+    """The tree row whose key path is `node_id` (the ARIA tree contract: `data-path`)."""
+    return page.locator(f'[role=treeitem][data-path="{node_id}"]').first
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +89,8 @@ def test_comparing_the_two_files_shows_the_badges(page):
         badge.wait_for()
         assert badge.is_visible()
     page.get_by_text("only differences").click()
-    node(page, "['dense']['kernel']").locator(":scope > div").first.click()
+    node(page, "['dense']['kernel']").locator(".wtree-label").click()
     page.get_by_text("shapes differ").wait_for()
-    node(page, "['norm']['scale']").locator(":scope > div").first.click()  # reads both leaves
+    node(page, "['norm']['scale']").locator(".wtree-label").click()  # reads both leaves
     page.locator(".diff-value").wait_for()
     assert "max |a − b| = 0" in page.locator(".diff-value").inner_text()
