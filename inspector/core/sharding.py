@@ -195,7 +195,7 @@ def shard(tree, mesh: Mesh, specs=None):
         tree = tree.unpack()
     sizes = dict(mesh.shape)
     leaf_specs, problems = check_specs(tree, sizes, specs)
-    leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves_with_paths, treedef = nodes.flatten(tree, with_path=True)
     out = [leaf for _, leaf in leaves_with_paths]
     placements = []  # (position, host value or array, sharding)
     for i, (key_path, leaf) in enumerate(leaves_with_paths):
@@ -230,7 +230,7 @@ def check_specs(tree, axes: Mapping[str, int], specs) -> tuple[dict, list[str]]:
     fits: dict[str, PartitionSpec] = {}
     sizes = dict(axes)
     for path, spec, subtree in assigned:
-        for key_path, leaf in jax.tree_util.tree_flatten_with_path(subtree)[0]:
+        for key_path, leaf in nodes.flatten(subtree, with_path=True)[0]:
             full = path + jax.tree_util.keystr(key_path)
             shape = leaf_info(leaf)[0]
             if shape is None:

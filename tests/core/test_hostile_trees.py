@@ -50,6 +50,8 @@ OPS = {
     "index_none": lambda t: inspector.index(t, None),
     "index_by_itself": lambda t: inspector.index(t, t),
     "run": lambda t: inspector.run(lambda x: x, t, repeats=1),
+    "merge": lambda t: inspector.merge("linear", [t, t], weights=[1, 1]),
+    "shard": lambda t: inspector.shard(t, inspector.mesh({"x": 1}), None),
 }
 
 
