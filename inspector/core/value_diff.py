@@ -37,6 +37,8 @@ class ValueStats:
         frac_changed: the fraction of elements with |a - b| > atol + rtol * |b| (np.isclose's
             rule; NaN against a number counts as changed, NaN against NaN does not).
         size: the number of elements.
+        norm_a, norm_b, norm_diff, dot: ||a||, ||b||, ||a - b||, <a, b> (float32 sums; what
+            subtree figures are aggregated from, see `subtree_value_stats`).
     """
 
     max_abs: float
@@ -44,6 +46,10 @@ class ValueStats:
     cosine: float
     frac_changed: float
     size: int
+    norm_a: float = 0.0
+    norm_b: float = 0.0
+    norm_diff: float = 0.0
+    dot: float = 0.0
 
 
 def _stats_kernel(complex_: bool):
@@ -128,11 +134,54 @@ def _finish(r, size: int) -> ValueStats:
     frac = changed / size if size else 0.0
     if mismatch:
         nan = float("nan")
-        return ValueStats(nan, nan, nan, frac, size)
+        return ValueStats(nan, nan, nan, frac, size, nan, nan, nan, nan)
+    return _figures(max_abs, err2, na2, nb2, dot, changed, size)
+
+
+def _figures(max_abs, err2, na2, nb2, dot, changed, size) -> ValueStats:
     err, na, nb = math.sqrt(err2), math.sqrt(na2), math.sqrt(nb2)
     rel = err / na if na else (0.0 if err == 0 else math.inf)
     if na and nb:
         cosine = max(-1.0, min(1.0, dot / (na * nb)))
     else:
         cosine = 1.0 if na == nb else 0.0
-    return ValueStats(max_abs, rel, cosine, frac, size)
+    frac = changed / size if size else 0.0
+    return ValueStats(max_abs, rel, cosine, frac, size, na, nb, err, dot)
+
+
+def subtree_value_stats(stats: dict[tuple, ValueStats]) -> dict[tuple, ValueStats]:
+    """Aggregates leaf figures up the tree: returns a `ValueStats` for every subtree (every
+    prefix of the given key tuples, `()` the root) as if its leaves were one vector: max |a-b|
+    is the max over them, relative L2, cosine and the fraction changed are norm- and
+    size-weighted (`sqrt(sum ||a-b||^2) / sqrt(sum ||a||^2)`, ...), so a big layer that
+    changed outweighs a small one. NaN in any leaf makes its subtrees NaN.
+
+    Args:
+        stats: leaf figures by key tuple (`("layer0", "w")`), e.g. from `leaf_value_stats`.
+
+    >>> leaves = leaf_value_stats([(np.ones(3), np.ones(3)), (np.ones(1), np.zeros(1))])
+    >>> agg = subtree_value_stats({("a",): leaves[0], ("b",): leaves[1]})
+    >>> agg[()].max_abs, round(agg[()].rel_l2, 3), agg[()].frac_changed
+    (1.0, 0.5, 0.25)
+    """
+    sums: dict[tuple, list] = {}
+    for key, s in stats.items():
+        changed = s.frac_changed * s.size
+        parts = (s.max_abs, s.norm_diff ** 2, s.norm_a ** 2, s.norm_b ** 2, s.dot, changed,
+                 s.size)
+        for depth in range(len(key) + 1):
+            acc = sums.setdefault(key[:depth], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0])
+            acc[0] = max(acc[0], parts[0]) if not math.isnan(acc[0]) else acc[0]
+            if math.isnan(parts[0]):
+                acc[0] = math.nan
+            for i in range(1, 7):
+                acc[i] += parts[i]
+    out = {}
+    for key, (max_abs, err2, na2, nb2, dot, changed, size) in sums.items():
+        if math.isnan(max_abs) or math.isnan(err2):
+            nan = math.nan
+            out[key] = ValueStats(nan, nan, nan, changed / size if size else 0.0, size,
+                                  nan, nan, nan, nan)
+        else:
+            out[key] = _figures(max_abs, err2, na2, nb2, dot, changed, size)
+    return out

@@ -100,3 +100,24 @@ def test_lazy_leaves_are_read_once_and_progress_is_reported():
     d = next(x for x in found if x.path == "['layer7']['w']")
     assert d.rel_l2 == pytest.approx(reference(a["layer7"]["w"], b["layer7"]["w"], 1e-5,
                                                1e-8)[1], rel=1e-5)
+
+
+def test_subtree_figures_are_those_of_the_concatenated_leaves():
+    from inspector.core.value_diff import subtree_value_stats
+
+    a, b = tree(5, n=3), tree(6, n=3)
+    b["layer1"]["b"] = a["layer1"]["b"].copy()  # one leaf unchanged
+    keys = [(layer, leaf) for layer in sorted(a) for leaf in sorted(a[layer])]
+    stats = leaf_value_stats([(a[k0][k1], b[k0][k1]) for k0, k1 in keys], rtol=0.1, atol=0.5)
+    agg = subtree_value_stats(dict(zip(keys, stats, strict=True)))
+    assert set(agg) == {(), *((k0,) for k0, _ in keys), *keys}
+    for prefix in [(), ("layer1",)]:
+        chosen = [k for k in keys if k[:len(prefix)] == prefix]
+        x = np.concatenate([a[k0][k1].ravel() for k0, k1 in chosen]).astype(np.float64)
+        y = np.concatenate([b[k0][k1].ravel() for k0, k1 in chosen]).astype(np.float64)
+        max_abs, rel, cos, frac = reference(x, y, 0.1, 0.5)
+        s = agg[prefix]
+        assert s.size == x.size and s.max_abs == pytest.approx(max_abs, rel=1e-6)
+        assert s.rel_l2 == pytest.approx(rel, rel=1e-5)
+        assert s.cosine == pytest.approx(cos, abs=1e-6)
+        assert s.frac_changed == pytest.approx(frac, abs=1e-9)
