@@ -221,6 +221,47 @@ class DiffLeafView(pn.viewable.Viewer):
         self.html.object = "".join(lines)
 
 
+class DiffValuesView(pn.viewable.Viewer):
+    """"Which layers did this change?": every shared leaf and subtree of a and b with max |a-b|,
+    relative L2, cosine and the fraction of elements changed, most changed first; sortable by
+    any column, the relative L2 drawn as a heat bar."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self.button = pmui.Button.from_param(
+            state.param.diff_compare_values, label="Compare all values", icon="insights",
+            variant="outlined", margin=(5, 10))
+        self.table = pn.widgets.Tabulator(
+            _frame([]), show_index=False, disabled=True, pagination="local", page_size=15,
+            sizing_mode="stretch_width", layout="fit_data_stretch", visible=False,
+            titles={"path": "key path", "max_abs": "max |a−b|", "rel_l2": "rel L2",
+                    "changed": "changed"},
+            formatters={"rel_l2": {"type": "progress", "max": 1, "color": ["#fdd49e", "#fc8d59",
+                                                                           "#d7301f"],
+                                   "legend": True, "legendAlign": "right"},
+                        "changed": {"type": "progress", "max": 1, "color": "#74a9cf"}})
+        state.param.watch(self._update, ["diff_table", "diff_result"])
+        self._update()
+
+    def __panel__(self):
+        return pmui.Column(self.button, self.table, sizing_mode="stretch_width")
+
+    def _update(self, *_):
+        rows = self._state.diff_table
+        self.button.visible = self._state.diff_result is not None
+        self.table.visible = bool(rows)
+        self.table.value = _frame(rows)
+
+
+def _frame(rows):
+    import pandas as pd
+
+    from inspector.ui.session.value_table import COLUMNS
+
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
 class DiffView(pn.viewable.Viewer):
     """Pick a and b; see the summary, then the tree of both with badges, and the selected node."""
 
@@ -241,6 +282,7 @@ class DiffView(pn.viewable.Viewer):
         self.summary = DiffSummary(state)
         self.tree = DiffTreeView(state)
         self.leaf = DiffLeafView(state)
+        self.values = DiffValuesView(state)
         self.hint = pmui.Typography(_HINT, variant="body2", margin=(10, 10))
         state.param.watch(self._update_choices, ["trees", "diff_a", "diff_b"])
         state.param.watch(self._update_visible, ["diff_result"])
@@ -254,7 +296,7 @@ class DiffView(pn.viewable.Viewer):
             width=340, margin=(0, 5))
         return pmui.Column(pickers, self.hint, self.summary,
                            pmui.Row(self.tree, details, sizing_mode="stretch_width"),
-                           sizing_mode="stretch_width")
+                           self.values, sizing_mode="stretch_width")
 
     def _update_choices(self, *_):
         names = list(self._state.trees)

@@ -94,6 +94,9 @@ class InspectorState(param.Parameterized):
     diff_only = param.Boolean(default=False, doc="Show only the nodes that differ.")
     diff_expanded = param.List(default=[], doc="Ids (key paths) of expanded diff tree nodes.")
     diff_path = param.String(default="", doc="Key path selected in the diff tree.")
+    diff_compare_values = param.Event(doc="Compare the values of every shared leaf of a and b.")
+    diff_table = param.List(default=[], doc="Whole-tree value diff: one row per leaf and "
+                            "subtree (`value_table`), most changed first; [] until asked.")
     diff_values = param.Dict(default={}, doc="Per leaf path read so far: (max |a-b|, relative "
                              "L2) or why it could not be read.")
 
@@ -266,7 +269,7 @@ class InspectorState(param.Parameterized):
         old = self.diff_result
         if a is None or b is None:
             if old is not None:
-                self.param.update(diff_result=None, diff_values={}, diff_path="")
+                self.param.update(diff_result=None, diff_values={}, diff_path="", diff_table=[])
             return
         if old is not None and (old.a.name, old.b.name) == (a.name, b.name) \
                 and old.a.tree is a.tree and old.b.tree is b.tree:
@@ -276,11 +279,30 @@ class InspectorState(param.Parameterized):
             if exc is not None:
                 self.error = error_text(exc)
                 return
-            self.param.update(diff_result=out, diff_values={}, diff_path="",
+            self.param.update(diff_result=out, diff_values={}, diff_path="", diff_table=[],
                               diff_expanded=out.default_expanded(self.diff_only))
 
         self._submit(lambda: (f"Comparing {a.name} with {b.name} …", lambda: compare(a, b),
                               done), coalesce="diff")
+
+    @param.depends("diff_compare_values", watch=True)
+    def _on_diff_compare_values(self):
+        from inspector.ui.session.value_table import value_table
+
+        a, b = self.trees.get(self.diff_a), self.trees.get(self.diff_b)
+        if a is None or b is None:
+            self.error = "Pick the two trees to compare first."
+            return
+
+        def done(rows, exc):
+            if exc is not None:
+                self.error = error_text(exc)
+                return
+            if (self.diff_a, self.diff_b) == (a.name, b.name):
+                self.diff_table = rows
+
+        self._submit(lambda: (f"Comparing the values of {a.name} and {b.name} …",
+                              lambda: value_table(a.tree, b.tree), done), coalesce="values")
 
     @param.depends("diff_only", watch=True)
     def _on_diff_only(self):

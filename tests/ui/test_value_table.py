@@ -1,0 +1,49 @@
+"""The Compare tab's whole-tree value diff: rows per leaf and subtree against NumPy float64,
+most changed first, shown in a sortable table (state and view, no browser)."""
+
+import numpy as np
+import pytest
+
+from inspector.ui.diff_view import DiffValuesView
+from inspector.ui.session.state import InspectorState
+
+
+def trees():
+    rng = np.random.default_rng(0)
+    a = {f"layer{i}": {"w": rng.standard_normal((8, 4)).astype(np.float32),
+                       "b": rng.standard_normal(4).astype(np.float32)} for i in range(3)}
+    b = {k: {n: v.copy() for n, v in sub.items()} for k, sub in a.items()}
+    b["layer1"]["w"] += np.float32(0.5)  # the fine-tune changed layer1's weights most
+    b["layer2"]["b"][0] += np.float32(0.01)
+    return a, b
+
+
+def test_compare_all_values_gives_leaves_and_subtrees_most_changed_first():
+    a, b = trees()
+    s = InspectorState()
+    s.add_tree("pre", a)
+    s.add_tree("ft", b)
+    s.param.update(diff_a="pre", diff_b="ft")
+    view = DiffValuesView(s)
+    assert view.button.visible and not view.table.visible
+    s.param.trigger("diff_compare_values")
+    rows = {r["path"]: r for r in s.diff_table}
+    assert [r["path"] for r in s.diff_table[:3]] == ["['layer1']['w']", "['layer1']", "(root)"]
+    x, y = a["layer1"]["w"].astype(np.float64), b["layer1"]["w"].astype(np.float64)
+    r = rows["['layer1']['w']"]
+    assert r["kind"] == "leaf" and r["size"] == 32 and r["changed"] == 1.0
+    assert r["max_abs"] == pytest.approx(0.5, rel=1e-6)
+    assert r["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x), rel=1e-5)
+    assert r["cosine"] == pytest.approx(x.ravel() @ y.ravel() / np.linalg.norm(x)
+                                        / np.linalg.norm(y), abs=1e-6)
+    whole_a = np.concatenate([a[k][n].ravel() for k in a for n in a[k]]).astype(np.float64)
+    whole_b = np.concatenate([b[k][n].ravel() for k in b for n in b[k]]).astype(np.float64)
+    root = rows["(root)"]
+    assert root["kind"] == "subtree" and root["size"] == whole_a.size
+    assert root["rel_l2"] == pytest.approx(np.linalg.norm(whole_a - whole_b)
+                                           / np.linalg.norm(whole_a), rel=1e-5)
+    assert root["changed"] == pytest.approx((32 + 1) / whole_a.size)
+    assert rows["['layer0']"]["rel_l2"] == 0.0 and rows["['layer2']['b']"]["changed"] == 0.25
+    assert view.table.visible and list(view.table.value["path"])[:1] == ["['layer1']['w']"]
+    s.diff_b = "pre"  # a new comparison clears the table
+    assert s.diff_table == [] and not view.table.visible
