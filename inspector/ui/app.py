@@ -15,8 +15,10 @@ from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ResultView
 from inspector.ui.session.state import InspectorState
+from inspector.ui.run_status import RunStatus
 from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
 from inspector.ui.tree_view import TreeView
+from inspector.ui.working_set_view import WorkingSetView
 
 TITLE = "pytree inspector"
 ROOT_ENV = "PYTREE_INSPECTOR_ROOT"
@@ -48,6 +50,8 @@ class InspectorApp(pn.viewable.Viewer):
         self.result = ResultView(state)
         self.diff = DiffView(state)
         self.mesh = MeshPanel(state)
+        self.run_status = RunStatus(state)
+        self.working_set = WorkingSetView(state)
         self.tabs = None
 
     def sidebar(self) -> list:
@@ -57,7 +61,8 @@ class InspectorApp(pn.viewable.Viewer):
             files.objects = [self.export, pmui.Divider(), self.files]
 
         pn.state.onload(fill)
-        return [self.trees, files, pmui.Divider(), self.examples, pmui.Divider(), self.device]
+        return [self.trees, self.working_set, files, pmui.Divider(), self.examples,
+                pmui.Divider(), self.device]
 
     def main(self) -> list:
         column = dict(sizing_mode="stretch_width", margin=(5, 5))
@@ -80,7 +85,7 @@ class InspectorApp(pn.viewable.Viewer):
         self.tabs = pmui.Tabs((TABS[0], operate), (TABS[1], compare), (TABS[2], mesh),
                               dynamic=True,
                               sizing_mode="stretch_width", margin=(0, 0))
-        return [self.tabs]
+        return [self.run_status, self.tabs]
 
     def __panel__(self):
         return pmui.Column(pmui.Row(pmui.Column(*self.sidebar(), width=300), *self.main()),
@@ -100,6 +105,10 @@ def new_state(defaults: bool = True, background: bool = True, trees=(),
         state.selected = names[0]
     if len(names) >= 2:
         state.param.update(diff_a=names[0], diff_b=names[1])
+        # Opened together to be merged, most often: the weighted sum (their mean) is set.
+        state.ops["weighted_sum"].param.update(trees=list(names),
+                                               weights=[1.0 / len(names)] * len(names))
+        state.op = "weighted_sum"
     return state
 
 
@@ -123,6 +132,9 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
     if hosts is not None:
         state.hosts, state.session_id = hosts, hosts.new_session(list(state.trees))
     app = InspectorApp(state)
+    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        # The browser session ended: release its working set, result and trees at once.
+        pn.state.on_session_destroyed(lambda context: state.close())
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320)
     page.inspector = app  # for tests and the benchmark: the views of this session
     return page

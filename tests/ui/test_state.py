@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 
@@ -294,3 +295,41 @@ def test_paths_outside_the_root_are_refused(state, tmp_path):
     state.param.trigger("open_files")
     assert "outside the folder this app may open" in state.open_error
     assert state.error == ""  # an open failure is not an operation failure
+
+
+def test_runs_show_once_then_time_their_repeats_on_the_working_set(tmp_path):
+    import gc
+    import weakref
+
+    import numpy as np
+
+    import inspector
+    from inspector.core import working_set
+    from inspector.ui.session.loaded import prepare
+    from inspector.ui.session.state import InspectorState
+
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        inspector.save({"w": rng.normal(size=(50, 40)).astype(np.float32),
+                        "b": rng.normal(size=(40,)).astype(np.float32)},
+                       tmp_path / f"{name}.safetensors")
+    s = InspectorState(repeats=4)
+    for name in ("a", "b"):
+        s.add(prepare(name, inspector.load(tmp_path / f"{name}.safetensors"), "file"))
+    s.ops["weighted_sum"].param.update(trees=["a", "b"], weights=[0.25, 0.75])
+    shown = []
+    s.param.watch(lambda e: e.new is not None and shown.append(len(e.new.times)), "result")
+    s.param.trigger("run")
+    assert shown == [1, 4]  # the result first (one execution), then its timed repeats
+    assert re.fullmatch(r"weighted_sum finished in [0-9.]+ ms on cpu:0 \(run 1\)", s.run_status)
+    assert sorted(h.name for h in s.held) == ["a", "b"]
+    a, b = (inspector.load(tmp_path / f"{n}.safetensors") for n in ("a", "b"))
+    want = 0.25 * np.asarray(a["w"], np.float64) + 0.75 * np.asarray(b["w"], np.float64)
+    np.testing.assert_allclose(np.asarray(s.result.result.unpack()["w"]), want, atol=1e-6)
+    buffers = [weakref.ref(x) for x in s.runs.working.get("a").buffers.values()]
+    result = [weakref.ref(x) for x in s.result.result.buffers.values()]
+    s.close()  # what the app calls when the browser session is destroyed
+    gc.collect()
+    assert all(r() is None for r in buffers + result)
+    assert s.held == [] and s.trees == {} and s.result is None
+    assert working_set.held_bytes() == 0

@@ -104,7 +104,7 @@ def test_moving_a_slider_reruns_and_the_card_says_cached(state):
     card = TimingCard(state)
     state.param.trigger("run")
     assert re.search(r"\(\d+ XLA compilations?\)", card.text)
-    panel.weighted_sum.inputs[2].value = 4  # typed as an integer: int32 trees stay int32
+    panel.weighted_sum.inputs[2].value = "4"  # typed as an integer: int32 trees stay int32
     assert state.ops["weighted_sum"].weights == [1, 2, 4]
     assert panel.weighted_sum.sliders[2].value == 4.0
     assert "compile: cached, no compile" in card.text
@@ -113,13 +113,33 @@ def test_moving_a_slider_reruns_and_the_card_says_cached(state):
 
 def test_weight_number_input_and_presets_update_each_other(state):
     panel = OperationPanel(state)
-    panel.weighted_sum.inputs[0].value = 0.5
+    panel.weighted_sum.inputs[0].value = "0.5"
     assert state.ops["weighted_sum"].weights[0] == 0.5
     assert panel.weighted_sum.sliders[0].value == 0.5
     state.ops["weighted_sum"].param.trigger("uniform")
-    assert [round(w.value, 6) for w in panel.weighted_sum.inputs] == [0.333333] * 3
+    assert [round(float(w.value), 6) for w in panel.weighted_sum.inputs] == [0.333333] * 3
     panel.weighted_sum.names.value = ["t1", "t2"]
     assert state.ops["weighted_sum"].trees == ["t1", "t2"] and len(panel.weighted_sum.inputs) == 2
+
+
+def test_a_typed_weight_applies_on_enter_every_time(state):
+    panel = OperationPanel(state)
+    field = panel.weighted_sum.inputs[0]
+    assert "t1" in field.label  # the field's accessible name holds its tree's name
+    state.param.trigger("run")
+    runs = len(state.history)
+    for typed, expected in [("0.1", 0.1), ("0.7", 0.7), ("0.1", 0.1), ("0.1", 0.1)]:
+        field.value_input = typed  # select-all + typing replaces the text; Enter applies it
+        field.param.trigger("enter_pressed")
+        assert state.ops["weighted_sum"].weights[0] == expected
+        assert field.value_input == typed  # never rewritten while it says the same number
+        runs += 1
+        assert len(state.history) == runs  # each Enter re-ran the sum, the same weight too
+        assert state.run_status.startswith("weighted_sum finished in ")
+    field.value_input = "1e"
+    field.param.trigger("enter_pressed")
+    assert state.form_error == "w0: '1e' is not a number."
+    assert state.ops["weighted_sum"].weights[0] == 0.1
 
 
 def test_index_form_parses_as_you_type(state):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import panel as pn
 import panel_material_ui as pmui
@@ -53,19 +54,42 @@ class WeightedSumForm(pn.viewable.Viewer):
         weights = list(settings.weights)
         self.inputs, self.sliders, rows = [], [], []
         for i, name in enumerate(settings.trees):
-            w = float(weights[i]) if i < len(weights) else 1.0
-            number = pmui.FloatInput(value=w, step=0.1, width=110, size="small",
-                                     label=f"w{i} · {name}")
+            typed = weights[i] if i < len(weights) else 1.0
+            w = float(typed)
+            # A text field applied on Enter (and on leaving it): a number field echoing every
+            # keystroke back from the server turned select-all + "0.1" over "1.0" into "10.1",
+            # and a second edit could revert until the field lost focus.
+            number = pmui.TextInput(value=_text(typed), width=130, size="small",
+                                    label=f"w{i} · {name}")
             lo, hi = _slider_range(w)
             slider = pmui.FloatSlider(start=lo, end=hi, step=0.01, value=w, show_value=False,
                                       sizing_mode="stretch_width", align="center",
                                       margin=(5, 15))
-            number.param.watch(lambda e, i=i: self._set_weight(i, e.new), "value")
+            number.param.watch(lambda e, i=i: self._on_text(i, e.obj), ["value", "enter_pressed"])
             slider.param.watch(lambda e, i=i: self._set_weight(i, e.new), "value")
             self.inputs.append(number)
             self.sliders.append(slider)
             rows.append(pmui.Row(number, slider, sizing_mode="stretch_width", margin=0))
         self._rows[:] = rows
+
+    def _on_text(self, i: int, field) -> None:
+        text = str(field.value_input if field.value_input is not None else field.value).strip()
+        try:
+            # As typed: "4" is the integer 4 (integer trees with integer weights stay integer).
+            value = int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+        except ValueError:
+            self._state.form_error = f"w{i}: {text!r} is not a number."
+            return
+        if not math.isfinite(value):
+            self._state.form_error = f"w{i}: {text!r} is not a finite number."
+            return
+        weights = list(self._settings.weights)
+        if i < len(weights) and weights[i] == value:
+            # The same weight typed again after another edit: run it again all the same
+            # (Enter always applies what the field shows).
+            self._settings.param.trigger("weights")
+            return
+        self._set_weight(i, value)
 
     def _set_weight(self, i: int, value) -> None:
         weights = list(self._settings.weights)
@@ -78,14 +102,24 @@ class WeightedSumForm(pn.viewable.Viewer):
         for i, w in enumerate(self._settings.weights):
             if i >= len(self.inputs):
                 break
+            field = self.inputs[i]
+            try:
+                shown = float(field.value_input if field.value_input is not None else field.value)
+            except ValueError:
+                shown = None
+            if shown != float(w):  # never rewrite a field that already says this number
+                field.param.update(value=_text(w), value_input=_text(w))
             w = float(w)
-            if self.inputs[i].value != w:
-                self.inputs[i].value = w
             slider = self.sliders[i]
             if not slider.start <= w <= slider.end:
                 slider.start, slider.end = _slider_range(w)
             if slider.value != w:
                 slider.value = w
+
+
+def _text(w: float) -> str:
+    """A weight as its field shows it: the shortest text that reads back as the same number."""
+    return str(w) if isinstance(w, int) else repr(float(w))
 
 
 def _slider_range(w: float) -> tuple[float, float]:

@@ -1,0 +1,260 @@
+"""The app on two real-sized checkpoints: weight change -> status, first-run memory, cleanup.
+
+    python benchmarks/bench_app.py [--dir /tmp/bench_app] [--keep] [--changes 5] [--sessions 3]
+
+Writes two GPT-2-medium-sized float32 safetensors (20 blocks of d = 1024 and a 50,257-token
+embedding: 304M parameters, 244 tensors, 1.2 GB each) under `--dir` (deleted afterwards unless
+`--keep`), starts the real launcher on them (`python -m inspector a.safetensors
+b.safetensors --no-show`), and drives headless chromium:
+
+1. session 1 opens the page: the weighted-sum form has both checkpoints selected with weights
+   1/2; it presses Run and waits for the `role="status"` announcement; the server's peak
+   resident memory during that first run is compared with inputs + output (target: <= 1.25x);
+2. it types new weights (Enter) `--changes` times and times each until the status region
+   announces the new run (target: median <= 1.0 s; also shown as a ratio to the physical limit,
+   the bytes the sum moves divided by this machine's copy bandwidth measured in the same run);
+3. it closes; `--sessions` more sessions each open, run the sum and close; the server's
+   memory after they are cleaned up is compared with after the first (target: <= +300 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+
+import inspector  # noqa: E402
+from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, stop, wait_for  # noqa: E402
+
+MB = 1e6
+VOCAB, D, BLOCKS, CTX = 50_257, 1024, 20, 1024
+
+
+def gpt2_medium_shapes() -> dict[str, tuple[int, ...]]:
+    """Hugging Face GPT-2 names and shapes: 4 + 12 x 20 = 244 tensors, 304M parameters."""
+    shapes = {"wte.weight": (VOCAB, D), "wpe.weight": (CTX, D)}
+    for i in range(BLOCKS):
+        h = f"h.{i}."
+        shapes.update({
+            h + "ln_1.weight": (D,), h + "ln_1.bias": (D,),
+            h + "attn.c_attn.weight": (D, 3 * D), h + "attn.c_attn.bias": (3 * D,),
+            h + "attn.c_proj.weight": (D, D), h + "attn.c_proj.bias": (D,),
+            h + "ln_2.weight": (D,), h + "ln_2.bias": (D,),
+            h + "mlp.c_fc.weight": (D, 4 * D), h + "mlp.c_fc.bias": (4 * D,),
+            h + "mlp.c_proj.weight": (4 * D, D), h + "mlp.c_proj.bias": (D,),
+        })
+    shapes.update({"ln_f.weight": (D,), "ln_f.bias": (D,)})
+    return shapes
+
+
+def write_checkpoint(path: Path, seed: int) -> None:
+    """Writes the checkpoint leaf by leaf (each generated when written: one leaf in memory)."""
+    from inspector.io import nesting
+
+    flat = {}
+    for i, (name, shape) in enumerate(gpt2_medium_shapes().items()):
+        def make(shape=shape, s=seed * 1000 + i):
+            rng = np.random.default_rng(s)
+            return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+
+        flat[name] = inspector.LazyArray(shape, np.float32, make, source=name)
+    inspector.save(nesting.unflatten(flat.items(), path), path)
+
+
+class RssSampler:
+    """Samples a process's resident set every 20 ms in a thread; `peak()` since `reset()`."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def now(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self._peak = max(self._peak, self.now())
+            except OSError:
+                return
+            time.sleep(0.02)
+
+    def reset(self) -> None:
+        self._peak = self.now()
+
+    def peak(self) -> int:
+        return max(self._peak, self.now())
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def copy_gbps() -> float:
+    """This machine's copy bandwidth now: best of a few 256 MiB copies (read + write bytes)."""
+    src = np.random.default_rng(0).standard_normal(64 * 2**20, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(5))
+    return 2 * src.nbytes / best / 1e9
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+STATUS = '[role="status"].run-status'
+
+
+def status_text(page) -> str:
+    return page.locator(STATUS).inner_text()
+
+
+def wait_status_change(page, before: str, timeout: float = 600) -> str:
+    """Waits until the run-status live region announces a new finished run."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = status_text(page)
+        if text != before and re.search(r"weighted_sum .* ms", text):
+            return text
+        time.sleep(0.01)
+    raise TimeoutError(f"the status stayed {before!r}")
+
+
+def run_session(browser, url: str, names: list[str], changes: int = 0) -> list[float]:
+    """Opens a session, checks the form's defaults, runs the sum, makes weight changes."""
+    context = browser.new_context(viewport={"width": 1680, "height": 1050})
+    page = context.new_page()
+    page.set_default_timeout(600_000)
+    page.goto(url)
+    fields = [page.get_by_role("textbox", name=re.compile(re.escape(n))) for n in names]
+    for field in fields:
+        field.wait_for()
+    values = [f.input_value() for f in fields]
+    assert all(abs(float(v) - 1 / len(names)) < 1e-6 for v in values), values
+    before = status_text(page)
+    page.get_by_role("button", name="Run the current operation.").click()
+    wait_status_change(page, before)
+    times = []
+    for i in range(changes):
+        w = 0.1 + 0.8 * (i + 1) / (changes + 1)
+        before = status_text(page)
+        start = time.perf_counter()
+        fields[0].fill(f"{w:.3f}")
+        fields[0].press("Enter")
+        wait_status_change(page, before)
+        times.append(time.perf_counter() - start)
+    context.close()
+    return times
+
+
+def wait_settled(rss: RssSampler, seconds: float = 30) -> int:
+    """Waits for the server to clean closed sessions up (its memory stops falling)."""
+    deadline = time.time() + seconds
+    last = rss.now()
+    while time.time() < deadline:
+        time.sleep(2)
+        now = rss.now()
+        if abs(now - last) < 5 * MB and time.time() > deadline - seconds + 8:
+            return now
+        last = now
+    return rss.now()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/bench_app"))
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoints afterwards")
+    parser.add_argument("--changes", type=int, default=5)
+    parser.add_argument("--sessions", type=int, default=3)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    args.dir.mkdir(parents=True, exist_ok=True)
+    paths = [args.dir / "a.safetensors", args.dir / "b.safetensors"]
+    for seed, path in enumerate(paths):
+        if not path.exists():
+            print(f"writing {path} ...", flush=True)
+            write_checkpoint(path, seed)
+    tree = inspector.load(paths[0])
+    leaves = inspector.describe(tree)
+    n_tensors = sum(1 for r in leaves if r.kind == "leaf")
+    n_params = leaves[0].n_params
+    in_bytes = 2 * leaves[0].nbytes
+    out_bytes = leaves[0].nbytes
+    print(f"two checkpoints: {n_params / 1e6:.0f}M params, {n_tensors} tensors, "
+          f"{leaves[0].nbytes / 1e9:.2f} GB each")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inspector", *map(str, paths), "--no-show", "--port", str(port)],
+        cwd=args.dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    rss = RssSampler(proc.pid)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line).group(1)
+        wait_for(url, proc)
+        idle = rss.now()
+        names = [p.name for p in paths]
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            rss.reset()
+            start = time.perf_counter()
+            times = run_session(browser, url, names, changes=args.changes)
+            first_total = time.perf_counter() - start
+            first_peak = rss.peak()
+            after_first = wait_settled(rss)
+            for _ in range(args.sessions):
+                run_session(browser, url, names)
+            after_more = wait_settled(rss)
+            browser.close()
+        gbps = copy_gbps()
+        limit = (in_bytes + out_bytes) / (gbps * 1e9)
+        med = statistics.median(times)
+        peak_extra = first_peak - idle
+        print(f"\nserver idle: {idle / MB:.0f} MB; this machine copies at {gbps:.1f} GB/s now, "
+              f"so the sum's physical limit is {limit * 1e3:.0f} ms "
+              f"({(in_bytes + out_bytes) / 1e9:.1f} GB moved)")
+        print(f"| measure | value | target |\n|---|---|---|")
+        print(f"| first session (open, run, {args.changes} weight changes) | {first_total:.1f} s"
+              " | |")
+        print(f"| weight change -> status updated, median (min-max) | {med:.2f} s "
+              f"({min(times):.2f}-{max(times):.2f}); {med / limit:.1f}x the limit "
+              f"| <= 1.0 s {'ok' if med <= 1.0 else 'MISSED'} |")
+        print(f"| first-run peak server RSS above idle | {peak_extra / 1e9:.2f} GB = "
+              f"{peak_extra / (in_bytes + out_bytes):.2f} x (inputs + output) "
+              f"| <= 1.25 x {'ok' if peak_extra <= 1.25 * (in_bytes + out_bytes) else 'MISSED'}"
+              " |")
+        grew = after_more - after_first
+        print(f"| RSS after the first session / after {args.sessions} more, cleaned up | "
+              f"{after_first / 1e9:.2f} GB / {after_more / 1e9:.2f} GB (+{grew / MB:.0f} MB) "
+              f"| <= +300 MB {'ok' if grew <= 300 * MB else 'MISSED'} |")
+    finally:
+        rss.close()
+        stop(proc)
+        proc.stdout.close()
+        if not args.keep:
+            shutil.rmtree(args.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

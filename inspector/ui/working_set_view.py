@@ -1,0 +1,53 @@
+"""The sidebar's memory panel: what each tree holds where (host / device, bytes), the budget."""
+
+from __future__ import annotations
+
+import html
+
+import panel as pn
+import panel_material_ui as pmui
+
+from inspector.core import working_set
+
+
+class WorkingSetView(pn.viewable.Viewer):
+    """The trees this session holds packed (read once, reused by every op), where and how big,
+    against the process-wide memory budget, which can be changed here (in GB)."""
+
+    def __init__(self, state, **params):
+        super().__init__(**params)
+        self._state = state
+        self._body = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
+        self.budget = pmui.FloatInput(label="Memory budget (GB)", value=self.budget_gb(),
+                                      start=0.0, step=0.5, sizing_mode="stretch_width")
+        self.budget.param.watch(self._on_budget, "value")
+        state.param.watch(self._update, "held")
+        self._update()
+
+    @staticmethod
+    def budget_gb() -> float:
+        return round(working_set.budget() / 1e9, 2)
+
+    def __panel__(self):
+        title = pmui.Typography("Working set", variant="subtitle2", margin=(5, 10, 0, 10))
+        return pmui.Column(title, self._body, self.budget, sizing_mode="stretch_width")
+
+    @property
+    def text(self) -> str:
+        """The panel as plain text, one line per tree, then the totals."""
+        lines = [f"{h.name}: {h.where} ({h.device}), {h.nbytes / 1e9:.2f} GB"
+                 for h in self._state.held]
+        if not lines:
+            lines = ["Nothing held: trees are read when an operation needs them."]
+        lines.append(f"held by all sessions: {working_set.held_bytes() / 1e9:.2f} GB of "
+                     f"{working_set.budget() / 1e9:.2f} GB")
+        return "\n".join(lines)
+
+    def _update(self, *_):
+        rows = "".join(f"<div>{html.escape(line)}</div>" for line in self.text.splitlines())
+        self._body.object = f"<div class='working-set' style='font-size:12px'>{rows}</div>"
+
+    def _on_budget(self, event):
+        if event.new and event.new > 0:
+            working_set.set_budget(int(event.new * 1e9))
+            self._state.refresh_held()

@@ -1,0 +1,86 @@
+"""End-to-end: two checkpoints through the launcher, preselected, a weight typed, the status."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from playwright.sync_api import expect
+
+import inspector
+from tests.serving import free_port, stop
+
+pytestmark = pytest.mark.browser
+
+
+def listening(port: int, proc, seconds: float = 180) -> None:
+    """Waits for the port to accept connections (a GET of the page would build a session each
+    time, which on a busy machine takes longer than any short timeout)."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"port {port} did not open (exit code {proc.poll()})")
+            time.sleep(0.2)
+
+
+def checkpoint(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"dense": {"kernel": rng.normal(size=(64, 32)).astype(np.float32),
+                      "bias": rng.normal(size=(32,)).astype(np.float32)},
+            "norm": {"scale": rng.normal(size=(32,)).astype(np.float32)}}
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("merge")
+    for name, seed in (("a.safetensors", 0), ("b.safetensors", 1)):
+        inspector.save(checkpoint(seed), folder / name)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inspector", "a.safetensors", "b.safetensors", "--no-show",
+         "--port", str(port)], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line)
+        assert match, f"the launcher printed {line!r} (exit code {proc.poll()})"
+        listening(port, proc)
+        yield match.group(1)
+    finally:
+        stop(proc)
+        proc.stdout.close()
+
+
+def test_two_checkpoints_preselected_a_typed_weight_updates_the_status(browser, launched):
+    context = browser.new_context(viewport={"width": 1680, "height": 1050})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        page.goto(launched, timeout=180_000)
+        fields = [page.get_by_role("textbox", name=re.compile(re.escape(name)))
+                  for name in ("a.safetensors", "b.safetensors")]
+        fields[1].wait_for()
+        assert [f.input_value() for f in fields] == ["0.5", "0.5"]  # uniform 1/K
+        status = page.locator('[role="status"].run-status')
+        page.get_by_role("button", name="Run the current operation.").click()
+        done = re.compile(r"weighted_sum finished in [0-9.]+ ms on cpu:0")
+        expect(status).to_have_text(done, timeout=120_000)
+        first = status.inner_text()
+        fields[0].fill("0.25")
+        fields[0].press("Enter")
+        expect(status).not_to_have_text(first, timeout=120_000)
+        expect(status).to_have_text(done)
+        assert fields[0].input_value() == "0.25"
+        held = page.locator(".working-set").inner_text()
+        assert "a.safetensors: host (cpu:0)" in held and "b.safetensors: host (cpu:0)" in held
+    finally:
+        context.close()
