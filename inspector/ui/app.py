@@ -14,8 +14,8 @@ from inspector.ui.file_picker import FileOpener
 from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ResultView
-from inspector.ui.session.state import InspectorState
 from inspector.ui.run_status import RunStatus
+from inspector.ui.session.state import InspectorState
 from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
 from inspector.ui.tree_view import TreeView
 from inspector.ui.working_set_view import WorkingSetView

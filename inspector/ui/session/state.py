@@ -17,13 +17,13 @@ import param
 import inspector
 from inspector import examples
 from inspector.ui.session.example_sets import EXAMPLE_SETTINGS, example_trees
+from inspector.ui.session.held_runs import Cancelled, HeldRuns
 from inspector.ui.session.hosts import led_keep, led_run, shared_now, spans_hosts
 from inspector.ui.session.loaded import LoadedTree, prepare
 from inspector.ui.session.mesh_state import MeshState
 from inspector.ui.session.op_settings import OpSettings, settings_classes
 from inspector.ui.session.records import Job, RunRecord
 from inspector.ui.session.tree_index import index_for
-from inspector.ui.session.held_runs import Cancelled, HeldRuns
 
 
 def error_text(exc: BaseException) -> str:
