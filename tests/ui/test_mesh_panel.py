@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,9 @@ def test_mesh_tab_in_the_page(browser):
         cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(f"http://127.0.0.1:{port}/liveness", proc)
-        with session(browser, f"http://127.0.0.1:{port}/inspector") as page:
+        url = f"http://127.0.0.1:{port}/inspector"
+        urllib.request.urlopen(url, timeout=120).close()  # the first page builds slowly
+        with session(browser, url) as page:
             page.get_by_role("treeitem").first.wait_for()
             page.get_by_role("tab", name="Mesh").click()
             field = page.get_by_label("[0]  list, 2 leaves")
