@@ -16,7 +16,7 @@ setup: $(BIN)/python
 
 # Serves the app with the built-in example trees on http://127.0.0.1:$(PORT)/inspector
 serve: setup
-	$(BIN)/panel serve inspector --address 127.0.0.1 --port $(PORT) --allow-websocket-origin 127.0.0.1:$(PORT) --allow-websocket-origin localhost:$(PORT) --unused-session-lifetime 120000
+	$(BIN)/panel serve inspector --address 127.0.0.1 --port $(PORT) --allow-websocket-origin 127.0.0.1:$(PORT) --allow-websocket-origin localhost:$(PORT) --unused-session-lifetime 120000 --websocket-max-message-size 5242880
 
 # Browser tests drive Debian's chromium (never a downloaded browser build).
 chromium:

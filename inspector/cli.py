@@ -32,7 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "directory); paths outside it are refused")
     parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
     parser.add_argument("--address", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1: this machine only)")
+                        help="address to bind (default 127.0.0.1: this machine only); any "
+                        "other address needs --allow-websocket-origin")
+    parser.add_argument("--allow-websocket-origin", dest="origins", action="append",
+                        default=None, metavar="HOST[:PORT]",
+                        help="a host whose pages may use the app (repeat for several); "
+                        "required with a wider --address, so that other sites cannot")
     parser.add_argument("--no-show", dest="show", action="store_false",
                         help="do not open a browser")
     parser.add_argument("--examples", action=argparse.BooleanOptionalAction, default=None,
@@ -46,6 +51,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     hosts.add_argument("--num-processes", type=int, default=1, help="how many processes")
     hosts.add_argument("--process-id", type=int, default=0, help="this process (0 serves)")
     return parser.parse_args(argv)
+
+
+LOCAL_ADDRESSES = ("127.0.0.1", "localhost", "::1")
+
+
+def check_exposure(address: str, origins: list[str] | None) -> str | None:
+    """Returns the warning to print when `address` opens the app beyond this machine.
+
+    Raises:
+        ValueError: the address is wider than this machine and no origin was named.
+
+    >>> check_exposure("127.0.0.1", None) is None
+    True
+    >>> print(check_exposure("0.0.0.0", ["inspector.lab:5006"]))  # doctest: +ELLIPSIS
+    warning: serving on 0.0.0.0: anyone who can reach this machine can open the app, ...
+    """
+    if address in LOCAL_ADDRESSES:
+        return None
+    if not origins:
+        raise ValueError(
+            f"--address {address} serves the app beyond this machine; name the host(s) whose "
+            f"pages may use it with --allow-websocket-origin HOST[:PORT] (e.g. "
+            f"--allow-websocket-origin {'my-host' if address in ('0.0.0.0', '::') else address}"
+            f":PORT)."
+        )
+    return (f"warning: serving on {address}: anyone who can reach this machine can open the "
+            f"app, read the checkpoints under --root and upload files to it (allowed origins: "
+            f"{', '.join(origins)}).")
 
 
 def load_all(paths: list[Path]) -> dict:
@@ -71,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
                      "open.")
+    try:
+        warning = check_exposure(args.address, args.origins)
+    except ValueError as error:
+        return _fail(str(error))
+    if warning:
+        print(f"{PROG}: {warning}", file=sys.stderr, flush=True)
     if args.coordinator is None and args.num_processes != 1:
         return _fail("--num-processes needs --coordinator HOST:PORT (process 0's address).")
     if not 0 <= args.process_id < max(args.num_processes, 1):
@@ -103,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         serve(trees, root=root, address=args.address, port=args.port, show=args.show,
-              examples=examples, started=started, hosts=leader)
+              examples=examples, started=started, hosts=leader,
+              origins=args.origins)
     except OSError as error:  # the port is taken, the address is not this machine's, ...
         return _fail(f"cannot serve on {args.address}:{args.port}: {error}")
     except KeyboardInterrupt:

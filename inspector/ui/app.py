@@ -18,6 +18,7 @@ from inspector.ui.run_status import RunStatus
 from inspector.ui.session.state import InspectorState
 from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
 from inspector.ui.tree_view import TreeView
+from inspector.ui.upload import MAX_MESSAGE_BYTES
 from inspector.ui.working_set_view import WorkingSetView
 
 TITLE = "pytree inspector"
@@ -145,7 +146,8 @@ UNUSED_SESSION_LIFETIME_MS = 120_000
 
 def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port: int = 0,
           show: bool = True, examples: bool = True,
-          started: Callable[[str], None] | None = None, hosts=None, **kwargs) -> None:
+          started: Callable[[str], None] | None = None, hosts=None,
+          origins: list[str] | None = None, **kwargs) -> None:
     """Serves the app on `address` (this machine only by default) until interrupted, a fresh
     state per browser session; `trees` ({name: tree}, e.g. opened checkpoints) are in every
     session.
@@ -158,6 +160,8 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
         examples: also load the built-in example trees.
         started: called with the app's URL once the server listens (the launcher prints it).
         hosts: the `hosts.Leader` of process 0 when served from several hosts.
+        origins: hosts (`host[:port]`) whose pages may open the app's websocket; by default
+            only the address served and, on 127.0.0.1, localhost.
     """
     from inspector.ui.session.loaded import prepare
 
@@ -172,13 +176,16 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
     def session():
         return create_app(defaults=examples, trees=prepared, root=root, hosts=hosts)
 
-    origins = [f"{address}:{port}"] + ([f"localhost:{port}"] if address == "127.0.0.1" else [])
+    if not origins:
+        origins = [f"{address}:{port}"] + ([f"localhost:{port}"] if address == "127.0.0.1"
+                                           else [])
+    kwargs.setdefault("websocket_max_message_size", MAX_MESSAGE_BYTES)
     # Bokeh discards a session whose page has not connected 15 s after its document was built;
     # with many sessions arriving at once, documents are built one after another on the event
     # loop and a late page would stay blank. Two minutes covers 20 arrivals on 2 busy cores.
     kwargs.setdefault("unused_session_lifetime_milliseconds", UNUSED_SESSION_LIFETIME_MS)
     server = pn.serve({"inspector": session}, address=address, port=port, show=False,
-                      start=False, verbose=False, websocket_origin=origins, title=TITLE,
+                      start=False, verbose=False, websocket_origin=list(origins), title=TITLE,
                       **kwargs)  # Ctrl+C stops it: pn.serve handles SIGINT
     if started is not None:
         started(f"http://{address}:{port}/inspector")

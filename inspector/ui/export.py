@@ -86,7 +86,7 @@ class ExportView(pn.viewable.Viewer):
         try:
             data = await asyncio.to_thread(export_bytes, shown[1], fmt)
         except Exception as exc:  # a leaf that is no array, a key with '.', ...: say which
-            state.export_error = error_text(exc)
+            state.export_error = error_text(exc, state.file_root)
             return None
         state.export_error = ""
         return data

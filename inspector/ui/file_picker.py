@@ -7,6 +7,7 @@ import panel_material_ui as pmui
 
 from inspector.ui.session.checkpoint_files import MAX_UPLOAD_BYTES
 from inspector.ui.session.formatting import human_bytes, pre
+from inspector.ui.upload import UploadInput
 
 
 class FileOpener(pn.viewable.Viewer):
@@ -27,11 +28,13 @@ class FileOpener(pn.viewable.Viewer):
         self.open = pmui.Button.from_param(
             state.param.open_files, label="Open selected", icon="folder_open", variant="outlined",
             sizing_mode="stretch_width", disabled=state.param.busy)
-        self.upload = pmui.FileInput(
+        self.upload = UploadInput(
             label=f"Upload a file (up to {human_bytes(MAX_UPLOAD_BYTES)})", multiple=False,
-            max_file_size=MAX_UPLOAD_BYTES, variant="outlined", sizing_mode="stretch_width",
+            max_upload=MAX_UPLOAD_BYTES, variant="outlined", sizing_mode="stretch_width",
             margin=(5, 10))
         self.upload.param.watch(self._on_upload, "value")
+        self.upload.param.watch(self._on_received, "received")
+        self.upload.param.watch(self._on_refused, "refused")
         self._error = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)
         self.alert = pmui.Alert(self._error, severity="error", title="Could not open",
                                 sizing_mode="stretch_width", visible=False, margin=(5, 10))
@@ -61,6 +64,15 @@ class FileOpener(pn.viewable.Viewer):
         data, filename = event.new, self.upload.filename
         self.upload.clear()  # the same file may be uploaded again
         self._state.open_upload(filename, data)
+
+    def _on_received(self, event):
+        if event.new is not None:
+            filename, path = event.new
+            self._state.open_upload(filename, path)
+
+    def _on_refused(self, event):
+        if event.new:
+            self._state.open_error = event.new
 
     def _update_error(self, *_):
         error = self._state.open_error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -94,3 +95,48 @@ def test_comparing_the_two_files_shows_the_badges(page):
     node(page, "['norm']['scale']").locator(".wtree-label").click()  # reads both leaves
     page.locator(".diff-value").wait_for()
     assert "max |a − b| = 0" in page.locator(".diff-value").inner_text()
+
+
+def test_uploading_a_file_sends_it_in_chunks_into_a_tree(page, tmp_path):
+    from inspector.ui.upload import CHUNK_BYTES
+
+    big = {"big": {"w": np.arange(CHUNK_BYTES // 2, dtype=np.float32)}}  # 2 MiB past 2 chunks
+    inspector.save(big, tmp_path / "uploaded.safetensors")
+    assert (tmp_path / "uploaded.safetensors").stat().st_size > 2 * CHUNK_BYTES
+    page.get_by_role("treeitem").first.wait_for()
+    page.locator("input[type=file]").first.set_input_files(tmp_path / "uploaded.safetensors")
+    leaf = node(page, "['big']['w']")
+    leaf.wait_for(timeout=60_000)
+    assert f"float32[{CHUNK_BYTES // 2}]" in leaf.inner_text()
+    assert page.get_by_text("upload uploaded.safetensors", exact=False).count() >= 1
+
+
+def test_the_server_closes_a_websocket_sending_a_message_over_the_limit(launched):
+    """A client skipping the page's script cannot push more than one chunk per message."""
+    import asyncio
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tornado.websocket import WebSocketClosedError, websocket_connect
+
+    from inspector.ui.upload import MAX_MESSAGE_BYTES
+
+    html = urllib.request.urlopen(launched, timeout=30).read().decode()
+    token = re.search(r'"token":\s*"([^"]+)"', html).group(1)
+    url = launched.replace("http://", "ws://") + "/ws"
+
+    async def send(nbytes: int):
+        conn = await websocket_connect(url, subprotocols=["bokeh", token])
+        ack = await asyncio.wait_for(conn.read_message(), 30)  # the session accepted us
+        with contextlib.suppress(WebSocketClosedError):  # closed while we were still sending
+            await conn.write_message(b"x" * nbytes, binary=True)
+        while await asyncio.wait_for(conn.read_message(), 30) is not None:
+            pass  # None: closed by the server
+        conn.close()
+        return ack, conn.close_code
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API holds this thread's loop
+        ack, code = pool.submit(asyncio.run, send(MAX_MESSAGE_BYTES + 1)).result(60)
+        assert "ACK" in ack and code == 1009  # 1009: "message too big"
+        ack, code = pool.submit(asyncio.run, send(MAX_MESSAGE_BYTES - 2**16)).result(60)
+        assert "ACK" in ack and code != 1009  # received whole (then refused as malformed)

@@ -58,3 +58,26 @@ def test_main_serves_the_loaded_trees_with_the_root(tmp_path, monkeypatch, capsy
     assert calls["show"] is False and calls["examples"] is False and calls["port"] == 0
     assert "serving 1 checkpoint(s) at http://127.0.0.1:1234/inspector" in \
         capsys.readouterr().out
+
+
+def test_a_wider_address_needs_explicit_origins_and_warns(tmp_path, monkeypatch, capsys):
+    calls = {}
+
+    def fake_serve(trees, **kwargs):
+        calls.update(kwargs)
+
+    monkeypatch.setattr(app, "serve", fake_serve)
+    assert cli.main(["--address", "0.0.0.0", "--no-show", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pytree-inspector: --address 0.0.0.0 serves the app beyond this "
+                          "machine; name the host(s) whose pages may use it with "
+                          "--allow-websocket-origin HOST[:PORT]")
+    assert calls == {}  # nothing served
+    assert cli.main(["--address", "0.0.0.0", "--allow-websocket-origin", "lab.example:5006",
+                     "--no-show", "--root", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: serving on 0.0.0.0: anyone who can reach this machine can open the app" in err
+    assert calls["address"] == "0.0.0.0" and calls["origins"] == ["lab.example:5006"]
+    assert cli.main(["--no-show", "--root", str(tmp_path)]) == 0  # the default: no warning
+    assert capsys.readouterr().err == ""
+    assert calls["address"] == "127.0.0.1" and calls["origins"] is None

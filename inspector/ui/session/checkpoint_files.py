@@ -1,9 +1,12 @@
 """Checkpoint files in and out of a session: paths inside the app's root, uploads, downloads.
 
 The served app reads the server's disk for whoever opens the page, so a path is opened only
-when it resolves (links followed) inside the root folder the app was started with. Uploads are
-small files sent by the browser: they are read whole into memory, so nothing is left on disk.
-Downloads are written with `inspector.save` and handed to the browser as bytes.
+when it resolves (links followed) inside the root folder the app was started with, and so is
+every file a checkpoint refers to (`inspector.load(..., root=)`). Messages shown in the page
+name files relative to the root and never a server path outside it (`relative_to_root`).
+Uploads arrive in chunks into a temporary file (`upload.UploadInput`, capped while receiving);
+they are read whole into memory with a tighter inflate budget and the file removed. Downloads
+are written with `inspector.save` and handed to the browser as bytes.
 
 No Panel here: the session state calls these from its worker thread, tests call them directly.
 """
@@ -24,6 +27,12 @@ from inspector.ui.session.loaded import LoadedTree, SetupError, prepare
 MAX_UPLOAD_BYTES = 100 * 2**20
 """Largest file the upload accepts (bigger checkpoints: put them under the root, use the picker)."""
 
+UPLOAD_PREFIX = "pytree-inspector-upload-"
+"""Temporary folders holding uploads start so (the only ones `open_upload` removes)."""
+
+MAX_UPLOAD_INFLATE_BYTES = 256 * 2**20
+"""Most an upload may decompress in total (its leaves are all read into memory)."""
+
 MAX_DOWNLOAD_BYTES = 2**30
 """Largest tree the app sends to the browser as a file (it travels base64-encoded in memory)."""
 
@@ -37,7 +46,7 @@ def inside_root(root: str | os.PathLike, path: str | os.PathLike) -> Path:
 
     Raises:
         SetupError: the path, or what its links point to, is outside `root`; the message
-            names the path as given and where it leads.
+            names the path as given, never where it leads (a server path outside the root).
 
     >>> import tempfile
     >>> root = tempfile.mkdtemp()
@@ -46,19 +55,41 @@ def inside_root(root: str | os.PathLike, path: str | os.PathLike) -> Path:
     >>> try:
     ...     inside_root(root, "../x.npz")
     ... except SetupError as e:
-    ...     print(str(e).splitlines()[0])  # doctest: +ELLIPSIS
-    Cannot open ../x.npz: it resolves to /tmp/x.npz, outside the folder this app may open (...).
+    ...     print(str(e).splitlines()[0])
+    Cannot open ../x.npz: it is outside the folder this app may open.
     """
     base = Path(root).resolve()
     resolved = (base / path).resolve()
     if resolved.is_relative_to(base):
         return resolved
     lexical = Path(os.path.normpath(base / path))
-    via = (f"it is a link to {resolved}, which is" if lexical.is_relative_to(base)
-           else f"it resolves to {resolved},")
-    raise SetupError(f"Cannot open {os.fspath(path)}: {via} outside the folder this app may "
-                     f"open ({base}).\nPut the checkpoint inside that folder, or start the app "
-                     f"with --root set to a folder that holds it.")
+    shown = lexical.relative_to(base) if lexical.is_relative_to(base) else Path(path)
+    what = ("it is a link to a file outside" if lexical.is_relative_to(base)
+            else "it is outside")
+    raise SetupError(f"Cannot open {shown}: {what} the folder this app may open.\nPut the "
+                     f"checkpoint inside that folder, or start the app with --root set to a "
+                     f"folder that holds it.")
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[^\s:'\"()\[\],;]*")
+
+
+def relative_to_root(text: str, root: str | os.PathLike | None) -> str:
+    """Returns `text` with every absolute path shown relative to `root`, or by its name alone
+    when it lies outside (a server path the page must not show).
+
+    >>> relative_to_root("Cannot load /srv/ckpt/sub/m.npz: bad. (see /usr/lib/x.py:3)", "/srv/ckpt")
+    'Cannot load sub/m.npz: bad. (see x.py:3)'
+    """
+    base = Path(root).resolve() if root else None
+
+    def shown(match: re.Match) -> str:
+        path = Path(match.group(0))
+        if base is not None and path.is_relative_to(base):
+            return str(path.relative_to(base))
+        return path.name or match.group(0)
+
+    return _ABSOLUTE_PATH.sub(shown, text)
 
 
 def open_checkpoints(root: str, paths) -> list[LoadedTree]:
@@ -73,15 +104,24 @@ def open_checkpoints(root: str, paths) -> list[LoadedTree]:
     out = []
     for p in paths:
         path = inside_root(root, p) if root else Path(p).resolve()
-        out.append(prepare(path.name, inspector.load(path), f"file {path.name}"))
+        try:
+            tree = inspector.load(path, root=root or None)
+        except inspector.InspectorError as exc:
+            raise type(exc)(relative_to_root(str(exc), root)) from None
+        out.append(prepare(path.name, tree, f"file {path.name}"))
     return out
 
 
-def open_upload(filename: str, data: bytes) -> LoadedTree:
+def open_upload(filename: str, data: bytes | os.PathLike) -> LoadedTree:
     """Loads an uploaded file (its format sniffed from the bytes), named by its file name.
 
-    The bytes go to a temporary file only for the format readers; every leaf is then read
-    into memory and the file removed, so the tree does not depend on it.
+    Args:
+        filename: the name the browser gave (only its last part is used).
+        data: the bytes, or the temporary file `UploadInput` received them into (removed
+            here, whatever happens).
+
+    Every leaf is read into memory (with at most `MAX_UPLOAD_INFLATE_BYTES` decompressed) and
+    the file removed, so the tree does not depend on it.
 
     Raises:
         SetupError: the file is empty or bigger than `MAX_UPLOAD_BYTES`.
@@ -91,22 +131,32 @@ def open_upload(filename: str, data: bytes) -> LoadedTree:
     import jax
 
     name = Path(filename or "upload").name or "upload"
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise SetupError(f"Cannot upload {name}: it is {human_bytes(len(data))}, more than the "
-                         f"{human_bytes(MAX_UPLOAD_BYTES)} an upload may be.\nPut it inside the "
-                         f"app's root folder and open it with the file picker.")
-    folder = tempfile.mkdtemp(prefix="pytree-inspector-upload-")
+    received = None if isinstance(data, bytes) else Path(data)
+    folder = tempfile.mkdtemp(prefix=UPLOAD_PREFIX)
     try:
+        size = len(data) if received is None else received.stat().st_size
+        if size > MAX_UPLOAD_BYTES:
+            raise SetupError(f"Cannot upload {name}: it is {human_bytes(size)}, more than the "
+                             f"{human_bytes(MAX_UPLOAD_BYTES)} an upload may be.\nPut it inside "
+                             f"the app's root folder and open it with the file picker.")
         path = Path(folder) / _safe_name(name)
-        path.write_bytes(data)
+        if received is None:
+            path.write_bytes(data)
+        else:
+            shutil.move(received, path)
         try:
-            tree = inspector.load(path)
+            tree = inspector.load(path, root=folder, max_inflate=MAX_UPLOAD_INFLATE_BYTES)
             tree = jax.tree.map(
                 lambda x: x.read().copy() if isinstance(x, inspector.LazyArray) else x, tree)
         except inspector.InspectorError as exc:
-            raise type(exc)(str(exc).replace(os.fspath(path), name)) from None
+            text = str(exc).replace(os.fspath(path), name)
+            raise type(exc)(relative_to_root(text, folder)) from None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if received is not None:
+            received.unlink(missing_ok=True)
+            if received.parent.name.startswith(UPLOAD_PREFIX):  # UploadInput's own folder
+                shutil.rmtree(received.parent, ignore_errors=True)
     return prepare(name, tree, f"upload {name}")
 
 

@@ -26,14 +26,17 @@ from inspector.ui.session.records import Job, RunRecord
 from inspector.ui.session.tree_index import index_for
 
 
-def error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException, root: str = "") -> str:
     """An error as the app shows it: the inspector's own messages whole (they name the key
-    paths and the fix), anything else with its type and the last line of its traceback."""
+    paths and the fix), anything else with its type and the last line of its traceback; files
+    relative to `root`, never a server path outside it (`relative_to_root`)."""
+    from inspector.ui.session.checkpoint_files import relative_to_root
+
     if isinstance(exc, inspector.InspectorError):
-        return str(exc)
+        return relative_to_root(str(exc), root)
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f"\n  at {where[0].filename}:{where[0].lineno}" if where else ""
-    return f"Unexpected {type(exc).__name__}: {exc}{at}"
+    return relative_to_root(f"Unexpected {type(exc).__name__}: {exc}{at}", root)
 
 
 class InspectorState(param.Parameterized):
@@ -239,7 +242,7 @@ class InspectorState(param.Parameterized):
 
         def done(loaded, exc):
             if exc is not None:
-                self.error = error_text(exc)
+                self.error = error_text(exc, self.file_root)
                 return
             self._add_example(name, loaded, True)
 
@@ -262,7 +265,7 @@ class InspectorState(param.Parameterized):
 
     def _opened(self, loaded, exc) -> None:
         if exc is not None:  # say why; every tree loaded before stays
-            self.open_error = error_text(exc)  # shown by the picker; not an operation failure
+            self.open_error = error_text(exc, self.file_root)  # the picker shows it
             return
         names = [self.add(t) for t in loaded]
         self.param.update(selected=names[0], open_paths=[], open_error="")
@@ -295,7 +298,7 @@ class InspectorState(param.Parameterized):
 
         def done(out, exc):
             if exc is not None:
-                self.error = error_text(exc)
+                self.error = error_text(exc, self.file_root)
                 return
             self.param.update(diff_result=out, diff_values={}, diff_path="", diff_table=[],
                               diff_expanded=out.default_expanded(self.diff_only))
@@ -336,8 +339,8 @@ class InspectorState(param.Parameterized):
 
         def done(out, exc):
             if self.diff_result is diff:  # still the same comparison
-                self.diff_values = {**self.diff_values,
-                                    path: error_text(exc) if exc is not None else out}
+                shown = error_text(exc, self.file_root) if exc is not None else out
+                self.diff_values = {**self.diff_values, path: shown}
 
         self._submit(lambda: (f"Reading {path} in both trees …",
                               lambda: diff.value_difference(path), done))
@@ -421,7 +424,7 @@ class InspectorState(param.Parameterized):
 
         def done(out, exc):
             if exc is not None:
-                self.error = error_text(exc)
+                self.error = error_text(exc, self.file_root)
                 return
             rr, eager_s, diff = out
             record = RunRecord.of(len(self.history) + 1, job, rr, eager_s, device, repeats)
@@ -482,7 +485,7 @@ class InspectorState(param.Parameterized):
 
         def done(loaded, exc):
             if exc is not None:
-                self.error = error_text(exc)
+                self.error = error_text(exc, self.file_root)
                 return
             names = [self.add(t) for t in loaded]
             if spans_hosts(rr.result):
@@ -512,7 +515,7 @@ class InspectorState(param.Parameterized):
             try:
                 status, work, done = make()
             except Exception as exc:  # bad settings: say why, keep everything else
-                self.error = error_text(exc)
+                self.error = error_text(exc, self.file_root)
                 continue
             self.param.update(busy=True, status=status)
             if self.background:
@@ -539,7 +542,7 @@ class InspectorState(param.Parameterized):
         try:
             done(out, exc)
         except Exception as e:  # a view failing to show a result must not wedge the queue
-            self.error = error_text(e)
+            self.error = error_text(e, self.file_root)
 
 
 def _call(work):
