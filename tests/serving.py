@@ -34,7 +34,7 @@ def wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
     deadline = time.time() + seconds
     while True:
         try:
-            urllib.request.urlopen(url, timeout=2).close()
+            urllib.request.urlopen(url, timeout=15).close()  # a page is a session: slow when busy
             return
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
