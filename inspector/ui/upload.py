@@ -60,6 +60,7 @@ class UploadInput(pmui.FileInput):
         chunk, total, data = msg.get("chunk"), msg.get("total_chunks"), msg.get("data")
         if chunk == 1:
             self._drop("")  # a new upload replaces one left unfinished
+            self.refused = ""
             folder = Path(tempfile.mkdtemp(prefix=UPLOAD_PREFIX))
             self._pending = {"name": name, "folder": folder, "path": folder / "upload",
                              "next": 1, "size": 0, "total": total,

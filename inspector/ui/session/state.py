@@ -256,8 +256,9 @@ class InspectorState(param.Parameterized):
         self._submit(lambda: (f"Opening {len(paths)} checkpoint(s) …",
                               lambda: open_checkpoints(root, paths), self._opened))
 
-    def open_upload(self, filename: str, data: bytes) -> None:
-        """Loads an uploaded checkpoint (bytes), named by its file name, off the event loop."""
+    def open_upload(self, filename: str, data) -> None:
+        """Loads an uploaded checkpoint (bytes, or the temporary file `UploadInput` received),
+        named by its file name, off the event loop."""
         from inspector.ui.session.checkpoint_files import open_upload
 
         self._submit(lambda: (f"Reading {filename} …",
