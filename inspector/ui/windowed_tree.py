@@ -49,7 +49,7 @@ class WindowedTree(JSComponent):
     }
     .wtree-row:hover { background: rgba(127, 127, 127, 0.10); }
     .wtree-row.selected { background: rgba(25, 118, 210, 0.16); }
-    .wtree-row.focused { box-shadow: inset 0 0 0 1px rgba(25, 118, 210, 0.6); }
+    .wtree:focus .wtree-row.focused { box-shadow: inset 0 0 0 1px rgba(25, 118, 210, 0.6); }
     .wtree-toggle {
       flex: 0 0 18px; text-align: center; cursor: pointer; user-select: none;
       color: var(--mui-palette-text-secondary, #666);

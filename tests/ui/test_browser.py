@@ -48,6 +48,11 @@ def test_loading_an_example_and_expanding_nodes(page):
     page.get_by_role("combobox").first.click()
     page.locator("li", has_text="Transformer: 20k-leaf checkpoint").first.click()
     page.get_by_role("button", name="Load the trees of `example`.").click()
+    toggle(page, "['layers']")
+    fold = node(page, "['layers'][0\u20261249]")  # 1,250 layers of one structure: one row
+    fold.wait_for()
+    assert "\u00d71,250" in fold.inner_text() and "dict of 4" in fold.inner_text()
+    toggle(page, "['layers'][0\u20261249]")
     rng = node(page, "['layers'][100:200]")
     rng.wait_for()
     assert "[100–199]" in rng.inner_text() and "1,600 leaves" in rng.inner_text()

@@ -57,10 +57,16 @@ def test_collapsed_nodes_send_one_placeholder_and_expanding_sends_the_children()
 
     items, paths = index.items([ROOT_ID, "['layers']"], root_label="ckpt")
     shown = _ids(items)
-    assert "['layers'][0:100]" in shown and "['layers']['layer_0000']" not in shown
+    assert "['layers'][0\u2026299]" in shown and "['layers'][0:100]" not in shown
     assert paths == [(0,), (0, 2)]
 
-    items, paths = index.items([ROOT_ID, "['layers']", "['layers'][100:200]"])
+    opened = [ROOT_ID, "['layers']", "['layers'][0\u2026299]"]
+    items, paths = index.items(opened, root_label="ckpt")
+    shown = _ids(items)
+    assert "['layers'][0:100]" in shown and "['layers']['layer_0000']" not in shown
+    assert paths == [(0,), (0, 2), (0, 2, 0)]
+
+    items, paths = index.items([*opened, "['layers'][100:200]"])
     shown = _ids(items)
     assert "['layers']['layer_0100']" in shown and "['layers']['layer_0000']" not in shown
     assert "['layers']['layer_0100']['attn']" not in shown
@@ -94,7 +100,8 @@ def test_values_are_added_to_leaf_labels_when_given():
 def test_reveal_lists_the_ranges_down_to_a_node():
     index = _index({"xs": [{"a": np.zeros(2)}] * 25_000})
     assert index.reveal("['xs'][12345]['a']") == [
-        ROOT_ID, "['xs']", "['xs'][10000:20000]", "['xs'][12300:12400]", "['xs'][12345]"]
+        ROOT_ID, "['xs']", "['xs'][0\u202624999]", "['xs'][10000:20000]", "['xs'][12300:12400]",
+        "['xs'][12345]"]
 
 
 def test_leaf_frame_lists_every_leaf():
@@ -109,3 +116,19 @@ def test_packed_trees_share_an_index_per_layout():
     assert index_for(a) is index_for(b)
     plain = examples.s1_trees()[0]
     assert index_for(plain) is index_for(plain)
+
+
+def test_siblings_of_one_structure_fold_into_one_row_that_opens_as_before():
+    layer = {"attn": {"q": np.zeros((4, 4), np.float32)}, "mlp": np.zeros(8, np.float32)}
+    odd = {"attn": {"q": np.zeros((4, 5), np.float32)}, "mlp": np.zeros(8, np.float32)}
+    index = _index({"h": [layer] * 80 + [odd] + [layer] * 2})
+    assert index.children_of("['h']") == ["['h'][0\u202679]", "['h'][80]", "['h'][81]",
+                                          "['h'][82]"]  # a different shape breaks the run
+    label, secondary = index.label(index._entry("['h'][0\u202679]"))
+    assert label.split("\u2003") == ["[0\u202679] \u00d780", "[0] \u2026 [79]", "dict of 2"]
+    assert secondary == "24 params each \u00b7 7.5 KiB in all"
+    assert index.children_of("['h'][0\u202679]")[:2] == ["['h'][0]", "['h'][1]"]
+    assert index._entry("['h'][0\u202681]") is None  # not a fold of this tree
+    # Leaves never fold (ranges group them), nor do two subtrees alone.
+    assert index.children_of("['h'][0]") == ["['h'][0]['attn']", "['h'][0]['mlp']"]
+    assert _index({"a": [layer] * 2}).children_of("['a']") == ["['a'][0]", "['a'][1]"]

@@ -234,6 +234,8 @@ class DiffIndex(TreeIndex):
     hides; a node inside a missing or extra subtree gets an outlined badge of that kind.
     """
 
+    fold = False  # differing layers must stay apart, each with its badges
+
     def __init__(self, diff: TreeDiff, keep: list[int]):
         self.diff = diff
         self.union = keep  # this index's row -> the TreeDiff's row

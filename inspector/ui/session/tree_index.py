@@ -19,8 +19,10 @@ import numpy as np
 from inspector.ui.session.formatting import human_bytes, human_count, plural, shape_text
 
 GROUP_SIZE = 100
+FOLD_MIN = 3  # this many siblings of one structure, or more, fold into one row
 ROOT_ID = "(root)"
 _RANGE_ID = re.compile(r"^(.*)\[(\d+):(\d+)\]$")
+_FOLD_ID = re.compile(r"^(.*)\[(\d+)\u2026(\d+)\]$")
 _SEP = "\u2003"  # an em space: HTML does not collapse it, so columns of a label stay apart
 
 _ICONS = {"dict": "data_object", "list": "data_array", "tuple": "data_array",
@@ -33,7 +35,13 @@ class TreeIndex:
 
     Build one per tree and reuse it (`index_for` caches them): building costs about a
     microsecond per row, answering an expand costs only the items it returns.
+
+    Runs of `FOLD_MIN` or more sibling subtrees of identical structure (keys, kinds, shapes,
+    dtypes below them) fold into one row, `['layers'][0…79] ×80`, which opens into the
+    children (or their ranges) as before.
     """
+
+    fold = True
 
     def __init__(self, rows: list):
         self.rows = rows
@@ -67,6 +75,7 @@ class TreeIndex:
         self.children = _Children(self._ptr, self._kids)
         self._frame = None
         self._leaves = None
+        self._folds: dict[int, list] = {}
         self._lock = threading.Lock()
 
     @property
@@ -96,7 +105,64 @@ class TreeIndex:
             lo, hi = int(m.group(2)), int(m.group(3))
             if parent is not None and 0 <= lo < hi <= self.children.count(parent):
                 return ("range", parent, lo, hi)
+        m = _FOLD_ID.match(node_id)
+        if m:
+            parent = self.row_of(m.group(1) or ROOT_ID)
+            entry = None if parent is None else \
+                ("fold", parent, int(m.group(2)), int(m.group(3)) + 1)
+            if entry is not None and (entry[2], entry[3]) in self._fold_runs(parent):
+                return entry
         return None
+
+    # folds ----------------------------------------------------------------------------------
+
+    def _end(self, i: int) -> int:
+        """One past the last row of the subtree of row `i` (rows are in pre-order)."""
+        while i > 0:
+            p, k = int(self.parent[i]), int(self._position[i])
+            if k + 1 < self.children.count(p):
+                return int(self._kids[self._ptr[p] + k + 1])
+            i = p
+        return len(self.rows)
+
+    def _fold_runs(self, parent: int) -> list[tuple[int, int]]:
+        """Runs `(lo, hi)` of the parent's children that fold: `FOLD_MIN` or more adjacent
+        inner nodes of one structure. Cheap totals are compared first, so full structures are
+        compared only where they could match."""
+        runs = self._folds.get(parent)
+        if runs is not None:
+            return runs
+        runs = []
+        kids = self.children[parent]
+        if self.fold and len(kids) >= FOLD_MIN:
+            rows = self.rows
+
+            def cheap(j):
+                r = rows[j]
+                return (r.kind, r.type_name, r.n_children, r.n_leaves, r.n_params, r.nbytes)
+
+            def full(j):
+                d = rows[j].depth
+                return hash(tuple((r.depth - d, r.key, r.kind, r.shape, r.dtype)
+                                  for r in rows[j + 1:self._end(j)]))
+
+            lo = 0
+            keys = [cheap(j) for j in kids]
+            for k in range(1, len(kids) + 1):
+                if k < len(kids) and keys[k] == keys[lo]:
+                    continue
+                if k - lo >= FOLD_MIN and rows[kids[lo]].n_children:
+                    sigs = [full(j) for j in kids[lo:k]]
+                    start = lo
+                    for m in range(lo + 1, k + 1):
+                        if m < k and sigs[m - lo] == sigs[start - lo]:
+                            continue
+                        if m - start >= FOLD_MIN:
+                            runs.append((start, m))
+                        start = m
+                lo = k
+        self._folds[parent] = runs
+        return runs
 
     # children -------------------------------------------------------------------------------
 
@@ -104,6 +170,16 @@ class TreeIndex:
         """The entries shown under a node or range: its children, or ranges of them."""
         if entry[0] == "node":
             parent, lo, hi = entry[1], 0, self.children.count(entry[1])
+            runs = self._fold_runs(parent)
+            if runs:
+                kids, out, k = self.children[parent], [], 0
+                for a, b in runs:
+                    out += [("node", j) for j in kids[k:a]]
+                    out.append(("fold", parent, a, b))
+                    k = b
+                out += [("node", j) for j in kids[k:]]
+                if len(out) <= GROUP_SIZE:
+                    return out
         else:
             _, parent, lo, hi = entry
         n = hi - lo
@@ -129,7 +205,7 @@ class TreeIndex:
             kids = self.child_entries(entry)
             if target in kids:
                 return [self._id(e) for e in kids if e != target]
-            inner = [e for e in kids if e[0] == "range" and e[2] <= target[2] and target[3] <= e[3]]
+            inner = [e for e in kids if e[0] != "node" and e[2] <= target[2] and target[3] <= e[3]]
             if not inner:
                 return []
             entry = inner[0]
@@ -146,9 +222,10 @@ class TreeIndex:
             entry = ("node", p)
             while True:
                 kids = self.child_entries(entry)
-                if not kids or kids[0][0] == "node":
+                group = next((e for e in kids if e[0] != "node" and e[2] <= k < e[3]), None)
+                if group is None:
                     break
-                entry = next(e for e in kids if e[2] <= k < e[3])
+                entry = group
                 steps.append(self._id(entry))
             chain = steps + chain
             i = p
@@ -157,11 +234,13 @@ class TreeIndex:
     def _id(self, entry) -> str:
         if entry[0] == "node":
             return self.node_id(entry[1])
-        _, parent, lo, hi = entry
+        kind, parent, lo, hi = entry
+        if kind == "fold":
+            return f"{self.rows[parent].path}[{lo}\u2026{hi - 1}]"
         return f"{self.rows[parent].path}[{lo}:{hi}]"
 
     def _has_children(self, entry) -> bool:
-        return entry[0] == "range" or self.children.count(entry[1]) > 0
+        return entry[0] != "node" or self.children.count(entry[1]) > 0
 
     # items ----------------------------------------------------------------------------------
 
@@ -234,6 +313,10 @@ class TreeIndex:
         while frontier:
             nxt = []
             for entry in frontier:
+                # More children than the budget would not open anyway; folding them first
+                # would compare their structures before the first paint.
+                if entry[0] == "node" and self.children.count(entry[1]) > budget:
+                    continue
                 kids = self.child_entries(entry)
                 if shown + len(kids) > budget:
                     return opened
@@ -248,6 +331,16 @@ class TreeIndex:
     def label(self, entry, root_label: str = "") -> tuple[str, str]:
         """Returns `(label, secondary)`: key and kind (with shape and size for a leaf) on the
         first line; for inner nodes and ranges, their totals on the second."""
+        if entry[0] == "fold":
+            _, parent, lo, hi = entry
+            kids = self.children.slice(parent, lo, hi)
+            first, last = self.rows[kids[0]], self.rows[kids[-1]]
+            kind = first.type_name if first.kind in ("dict", "list", "tuple") else first.kind
+            return (_SEP.join([f"[{lo}\u2026{hi - 1}] \u00d7{hi - lo:,}",
+                               f"{first.key} \u2026 {last.key}",
+                               f"{kind} of {first.n_children:,}"]),
+                    f"{human_count(first.n_params)} params each · "
+                    f"{human_bytes(first.nbytes * (hi - lo))} in all")
         if entry[0] == "range":
             _, parent, lo, hi = entry
             kids = self.children.slice(parent, lo, hi)
@@ -273,7 +366,7 @@ class TreeIndex:
                 _totals(row.n_leaves, row.n_params, row.nbytes))
 
     def _icon(self, entry) -> str:
-        return _ICONS["range"] if entry[0] == "range" else _ICONS.get(
+        return _ICONS["range"] if entry[0] != "node" else _ICONS.get(
             self.rows[entry[1]].kind, "grid_on")
 
     # leaves ---------------------------------------------------------------------------------
