@@ -16,6 +16,8 @@ from inspector.ui.sidebar import TreeListView
 from inspector.ui.timing_card import TimingCard
 from inspector.ui.tree_view import TreeView, _find
 
+FOLD = "['layers'][0\u2026299]"  # the 300 identical layers of `_load_transformer`, folded
+
 
 def _load_transformer(state, n_layers=300):
     from inspector import examples
@@ -33,8 +35,11 @@ def test_tree_view_sends_children_only_when_a_node_is_expanded(state):
     view.expand("['layers']")
     assert "['layers']" in state.input_expanded
     shown = view.shown_ids()
+    assert FOLD in shown and "['layers'][0:100]" not in shown  # 300 layers: one folded row
+    view.expand(FOLD)
+    shown = view.shown_ids()
     assert ["['layers'][0:100]", "['layers'][100:200]", "['layers'][200:300]"] == [
-        i for i in shown if i.startswith("['layers'][") and not i.endswith(" …")]
+        i for i in shown if i.startswith("['layers'][") and ":" in i and not i.endswith(" …")]
     assert "['layers'][0:100] …" in shown  # a placeholder child: the arrow shows, no data sent
     assert "['layers']['layer_0150']" not in shown
     view.expand("['layers'][100:200]")
@@ -51,6 +56,7 @@ def test_collapsing_drops_children_and_reexpanding_restores_nested_state(state):
     _load_transformer(state)
     view = TreeView(state)
     view.expand("['layers']")
+    view.expand(FOLD)
     view.expand("['layers'][0:100]")
     layers = _find(view.tree.items, "['layers']")
     view.tree.expanded = [p for p in view.tree.expanded if p != layers]
@@ -206,6 +212,7 @@ def test_opening_a_range_closes_the_ranges_beside_it(state):
     _load_transformer(state)
     view = TreeView(state)
     view.expand("['layers']")
+    view.expand(FOLD)
     view.expand("['layers'][0:100]")
     view.expand("['layers'][200:300]")
     shown = view.shown_ids()
