@@ -12,6 +12,8 @@ import html
 
 import panel as pn
 import panel_material_ui as pmui
+from bokeh.models import ColumnDataSource
+from bokeh.plotting import figure
 
 from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, KINDS
 from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
@@ -179,11 +181,37 @@ class DiffLeafView(pn.viewable.Viewer):
         super().__init__(**params)
         self._state = state
         self.html = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
+        self._sources = {k: ColumnDataSource({"left": [], "right": [], "top": []})
+                         for k in ("a", "b", "delta")}
+        self._plots = pmui.Column(sizing_mode="stretch_width", margin=0, visible=False)
         state.param.watch(self._update, ["diff_result", "diff_path", "diff_values", "busy"])
+        state.param.watch(self._update_histograms, ["diff_path", "diff_histograms"])
         self._update()
 
     def __panel__(self):
-        return self.html
+        return pmui.Column(self.html, self._plots, sizing_mode="stretch_width", margin=0)
+
+    def _update_histograms(self, *_):
+        hists = self._state.diff_histograms.get(self._state.diff_path) or {}
+        for key, source in self._sources.items():
+            counts, edges = hists.get(key, ([], [0]))
+            source.data = {"left": list(edges[:-1]), "right": list(edges[1:]),
+                           "top": list(counts)}
+        if hists and not len(self._plots):
+            both = figure(height=130, sizing_mode="stretch_width", toolbar_location=None,
+                          tools="", title="a and b")
+            for key, color in (("a", "#1f77b4"), ("b", "#ff7f0e")):
+                both.quad(left="left", right="right", top="top", bottom=0, legend_label=key,
+                          source=self._sources[key], fill_alpha=0.45, line_color=None,
+                          fill_color=color)
+            delta = figure(height=130, sizing_mode="stretch_width", toolbar_location=None,
+                           tools="", title="b − a")
+            delta.quad(left="left", right="right", top="top", bottom=0,
+                       source=self._sources["delta"], fill_alpha=0.7, line_color=None,
+                       fill_color="#d62728")
+            self._plots[:] = [pn.pane.Bokeh(both, sizing_mode="stretch_width"),
+                              pn.pane.Bokeh(delta, sizing_mode="stretch_width")]
+        self._plots.visible = bool(hists)
 
     def _update(self, *_):
         d, path = self._state.diff_result, self._state.diff_path

@@ -47,3 +47,23 @@ def test_compare_all_values_gives_leaves_and_subtrees_most_changed_first():
     assert view.table.visible and list(view.table.value["path"])[:1] == ["['layer1']['w']"]
     s.diff_b = "pre"  # a new comparison clears the table
     assert s.diff_table == [] and not view.table.visible
+
+
+def test_selecting_a_leaf_gives_histograms_of_a_b_and_delta():
+    from inspector.ui.diff_view import DiffLeafView
+
+    a, b = trees()
+    s = InspectorState()
+    s.add_tree("pre", a)
+    s.add_tree("ft", b)
+    s.param.update(diff_a="pre", diff_b="ft")
+    view = DiffLeafView(s)
+    s.diff_path = "['layer1']['w']"
+    h = s.diff_histograms["['layer1']['w']"]
+    x, y = a["layer1"]["w"].astype(np.float64).ravel(), b["layer1"]["w"].astype(np.float64)
+    lo, hi = min(x.min(), y.min()), max(x.max(), y.max())
+    np.testing.assert_array_equal(h["a"][0], np.histogram(x, bins=30, range=(lo, hi))[0])
+    np.testing.assert_array_equal(h["b"][0], np.histogram(y.ravel(), bins=30, range=(lo, hi))[0])
+    assert h["delta"][0].sum() == 32 and h["delta"][1][0] == pytest.approx(0.5, abs=1e-6)
+    assert view._plots.visible and len(view._plots) == 2
+    assert list(view._sources["a"].data["top"]) == list(h["a"][0])

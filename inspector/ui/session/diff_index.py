@@ -203,6 +203,19 @@ class TreeDiff:
         y = leaf_array(self.b.tree, self.b.index, path)
         return value_difference(x, y)
 
+    def values_read(self, path: str, bins: int = 30) -> tuple[tuple[float, float], dict]:
+        """`(value_difference(path), histograms)` from one read of the leaf in each tree; the
+        histograms are of a and b (over one common range) and of b - a, over the finite values:
+        `{"a": (counts, edges), "b": ..., "delta": ...}` (complex leaves by magnitude)."""
+        from inspector.ui.leaf_stats import leaf_array
+
+        if not self.comparable(path):
+            raise inspector.InspectorError(
+                f"{path or ROOT_ID}: values compare only between array leaves of one shape.")
+        x0 = leaf_array(self.a.tree, self.a.index, path)
+        y0 = leaf_array(self.b.tree, self.b.index, path)
+        return value_difference(x0, y0), _histograms(_real(x0), _real(y0), bins)
+
     def describe_side(self, path: str, side: str) -> str:
         """What `side` ('a' or 'b') has at `path`: `float32[4,3]`, `dict of 2`, or `—`."""
         i = self.row(path)
@@ -328,3 +341,27 @@ def _node_text(row) -> str:
         return "None"
     kind = row.type_name if row.kind in ("dict", "list", "tuple") else row.kind
     return f"{kind} of {row.n_children:,}"
+
+
+def _real(x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        x = np.abs(x)
+    return x.astype(np.float64).ravel()
+
+
+def _histograms(x: np.ndarray, y: np.ndarray, bins: int) -> dict:
+    out = {}
+    both = np.concatenate([x[np.isfinite(x)], y[np.isfinite(y)]])
+    if both.size:
+        lo, hi = float(both.min()), float(both.max())
+        lo, hi = (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
+        for name, v in (("a", x), ("b", y)):
+            out[name] = np.histogram(v[np.isfinite(v)], bins=bins, range=(lo, hi))
+    d = y - x
+    d = d[np.isfinite(d)]
+    if d.size:
+        lo, hi = float(d.min()), float(d.max())
+        lo, hi = (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
+        out["delta"] = np.histogram(d, bins=bins, range=(lo, hi))
+    return out

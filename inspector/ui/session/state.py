@@ -106,6 +106,8 @@ class InspectorState(param.Parameterized):
     diff_compare_values = param.Event(doc="Compare the values of every shared leaf of a and b.")
     diff_table = param.List(default=[], doc="Whole-tree value diff: one row per leaf and "
                             "subtree (`value_table`), most changed first; [] until asked.")
+    diff_histograms = param.Dict(default={}, doc="Per leaf path read so far: histograms of a, "
+                                 "b and b - a (`TreeDiff.values_read`).")
     diff_values = param.Dict(default={}, doc="Per leaf path read so far: (max |a-b|, relative "
                              "L2) or why it could not be read.")
 
@@ -291,7 +293,8 @@ class InspectorState(param.Parameterized):
         old = self.diff_result
         if a is None or b is None:
             if old is not None:
-                self.param.update(diff_result=None, diff_values={}, diff_path="", diff_table=[])
+                self.param.update(diff_result=None, diff_values={}, diff_path="", diff_table=[],
+                                  diff_histograms={})
             return
         if old is not None and (old.a.name, old.b.name) == (a.name, b.name) \
                 and old.a.tree is a.tree and old.b.tree is b.tree:
@@ -302,6 +305,7 @@ class InspectorState(param.Parameterized):
                 self.error = error_text(exc, self.file_root)
                 return
             self.param.update(diff_result=out, diff_values={}, diff_path="", diff_table=[],
+                              diff_histograms={},
                               diff_expanded=out.default_expanded(self.diff_only))
 
         self._submit(lambda: (f"Comparing {a.name} with {b.name} …", lambda: compare(a, b),
@@ -340,11 +344,13 @@ class InspectorState(param.Parameterized):
 
         def done(out, exc):
             if self.diff_result is diff:  # still the same comparison
-                shown = error_text(exc, self.file_root) if exc is not None else out
-                self.diff_values = {**self.diff_values, path: shown}
+                shown = error_text(exc, self.file_root) if exc is not None else out[0]
+                self.param.update(diff_values={**self.diff_values, path: shown},
+                                  diff_histograms={**self.diff_histograms,
+                                                   path: {} if exc is not None else out[1]})
 
         self._submit(lambda: (f"Reading {path} in both trees …",
-                              lambda: diff.value_difference(path), done))
+                              lambda: diff.values_read(path), done))
 
     # Selection --------------------------------------------------------------------------------
 
