@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
 import inspector  # noqa: E402
-from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, stop, wait_for  # noqa: E402
+from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, stop  # noqa: E402
+from tests.ui.test_browser_working_set import listening  # noqa: E402
 
 MB = 1e6
 VOCAB, D, BLOCKS, CTX = 50_257, 1024, 20, 1024
@@ -146,7 +147,7 @@ def run_session(browser, url: str, names: list[str], changes: int = 0) -> list[f
     context = browser.new_context(viewport={"width": 1680, "height": 1050})
     page = context.new_page()
     page.set_default_timeout(600_000)
-    page.goto(url)
+    page.goto(url, timeout=600_000)
     fields = [page.get_by_role("textbox", name=re.compile(re.escape(n))) for n in names]
     for field in fields:
         field.wait_for()
@@ -208,7 +209,7 @@ def main() -> None:
     try:
         line = proc.stdout.readline()
         url = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line).group(1)
-        wait_for(url, proc)
+        listening(port, proc)
         idle = rss.now()
         names = [p.name for p in paths]
         with sync_playwright() as pw:
