@@ -79,6 +79,11 @@ def _normalize(index, shape: tuple[int, ...]):
             size = len(range(start, stop, step))
             if step == 1 and size == n:
                 pattern.append(("f",))
+            elif size <= 1:
+                # The step of an empty or one-element slice changes nothing: one pattern for
+                # all of them keeps subtrees indexed alike (packed) and shares their kernel.
+                pattern.append(("s", size, 1, False))
+                starts.append(start if size else 0)
             else:
                 low = start if step > 0 else start + (size - 1) * step
                 pattern.append(("s", size, abs(step), step < 0))
