@@ -1,6 +1,7 @@
 """`pytree-inspector CKPT...`: open checkpoints in the app, served on 127.0.0.1.
 
     pytree-inspector model.safetensors old.npz --root ~/checkpoints --port 5006 --no-show
+    pytree-inspector hf://org/model/model.safetensors ./local.safetensors --allow-remote
     pytree-inspector ckpt --coordinator 10.0.0.1:1234 --num-processes 4 --process-id 0
 
 With `--coordinator`, the processes join one `jax.distributed` cluster: process 0 serves the
@@ -26,7 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "PyTorch) in the inspector app, served on this machine only. Only the files' headers "
         "are read at start; the first two files are set up for comparing (a, b).",
     )
-    parser.add_argument("paths", nargs="*", type=Path, help="checkpoint files or directories")
+    parser.add_argument("paths", nargs="*", help="checkpoint files or directories, or URLs "
+                        "(http(s)://, s3://, gs://, hf://; needs pytree-inspector[remote])")
     parser.add_argument("--root", type=Path, default=Path.cwd(),
                         help="folder the app's file picker may open (default: the working "
                         "directory); paths outside it are refused")
@@ -43,6 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--examples", action=argparse.BooleanOptionalAction, default=None,
                         help="also load the built-in example trees (default: only when no "
                         "checkpoint is given)")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="let the page open checkpoint URLs (an 'Open URL' field); off by "
+                        "default, since the server fetches them for whoever opens the page. "
+                        "Also: PYTREE_INSPECTOR_ALLOW_REMOTE=1")
+    parser.add_argument("--remote-prefix", action="append", default=[], metavar="PREFIX",
+                        help="with --allow-remote, open only URLs starting with PREFIX "
+                        "(repeatable), e.g. s3://models/")
     hosts = parser.add_argument_group(
         "several hosts", "run one process per host with the same files and arguments; process "
         "0 serves the page, the others run the same operations on their devices")
@@ -81,17 +90,23 @@ def check_exposure(address: str, origins: list[str] | None) -> str | None:
             f"{', '.join(origins)}).")
 
 
-def load_all(paths: list[Path]) -> dict:
-    """Loads each checkpoint (structure only: leaves are lazy), named by its file name.
+def load_all(paths: list[str]) -> dict:
+    """Loads each checkpoint or URL (structure only: leaves are lazy), named by its file name.
 
     Raises:
         LoadError: a path is missing or not a checkpoint the inspector reads (named in it).
     """
     import inspector
+    from inspector.io.locate import is_url
+    from inspector.io.remote import redact
 
     trees = {}
     for path in paths:
-        name = path.resolve().name or str(path)
+        if is_url(path):  # given on the command line by the user: always allowed
+            name = redact(path).split("?")[0].rstrip("/").rsplit("/", 1)[-1] or redact(path)
+        else:
+            path = Path(path)
+            name = path.resolve().name or str(path)
         while name in trees:
             name += "'"
         trees[name] = inspector.load(path)
@@ -140,10 +155,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: serving {what} at {url} (files under {root}; Ctrl+C stops)",
               flush=True)
 
+    from inspector.ui.session.checkpoint_files import remote_prefixes_from_env
+
+    remote = list(args.remote_prefix) if args.allow_remote else remote_prefixes_from_env()
+    if args.remote_prefix and not args.allow_remote:
+        return _fail("--remote-prefix needs --allow-remote.")
     try:
         serve(trees, root=root, address=args.address, port=args.port, show=args.show,
               examples=examples, started=started, hosts=leader,
-              origins=args.origins)
+              origins=args.origins, remote_prefixes=remote)
     except OSError as error:  # the port is taken, the address is not this machine's, ...
         return _fail(f"cannot serve on {args.address}:{args.port}: {error}")
     except KeyboardInterrupt:

@@ -265,7 +265,8 @@ class RemoteFile(Location):
             n = len(ranges)
             results = self._call(
                 self.fs.cat_ranges, [self.fs_path] * n, [s for s, _ in ranges],
-                [e for _, e in ranges], nbytes=nbytes, batch_size=PARALLEL,
+                [e for _, e in ranges], nbytes=nbytes, rounds=-(-n // PARALLEL),
+                batch_size=PARALLEL,
             )
         else:
             futures = [_POOL.submit(self._fetch_sync, s, e) for s, e in ranges]
@@ -289,10 +290,11 @@ class RemoteFile(Location):
             f.seek(start)
             return f.read(end - start)
 
-    def _call(self, method, *args, nbytes: int = 0, **kwargs) -> Any:
+    def _call(self, method, *args, nbytes: int = 0, rounds: int = 1, **kwargs) -> Any:
         """Calls a filesystem method with a deadline; every failure becomes a `LoadError`
-        (FileNotFoundError passes through for `_stat`)."""
-        deadline = self._deadline(nbytes)
+        (FileNotFoundError passes through for `_stat`). `rounds`: how many requests the call
+        makes one after another (each may take `timeout`)."""
+        deadline = self._deadline(nbytes) + self.timeout * (rounds - 1)
         try:
             if self.fs.async_impl:
                 return method(*args, timeout=deadline, **kwargs)

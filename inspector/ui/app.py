@@ -26,6 +26,8 @@ ROOT_ENV = "PYTREE_INSPECTOR_ROOT"
 """The environment variable naming the folder the file picker may open (default: the working
 directory), for `panel serve inspector`; the launcher's `--root` sets it directly."""
 TABS = ("Operations", "Compare trees", "Mesh")
+FROM_ENV = "from $PYTREE_INSPECTOR_ALLOW_REMOTE"
+"""`remote_prefixes` default: what the environment variable says (unset: URLs refused)."""
 
 
 def default_root() -> str:
@@ -94,11 +96,13 @@ class InspectorApp(pn.viewable.Viewer):
 
 
 def new_state(defaults: bool = True, background: bool = True, trees=(),
-              root=None) -> InspectorState:
+              root=None, remote_prefixes: list[str] | None = None) -> InspectorState:
     """A session state with the default examples (if `defaults`) and then `trees` (prepared
-    `LoadedTree`s) added: the first selected, the first two set up for comparing."""
+    `LoadedTree`s) added: the first selected, the first two set up for comparing.
+    `remote_prefixes`: the URLs it may open (None: none; see `create_app`)."""
     root = default_root() if root is None else str(root)
-    state = InspectorState(background=background, file_root=root)
+    state = InspectorState(background=background, file_root=root,
+                           remote_prefixes=remote_prefixes)
     if defaults:
         state.load_defaults()
     names = [state.add(loaded) for loaded in trees]
@@ -114,7 +118,8 @@ def new_state(defaults: bool = True, background: bool = True, trees=(),
 
 
 def create_app(state: InspectorState | None = None, defaults: bool = True,
-               background: bool = True, trees=(), root=None, hosts=None) -> pmui.Page:
+               background: bool = True, trees=(), root=None, hosts=None,
+               remote_prefixes: list[str] | None | str = FROM_ENV) -> pmui.Page:
     """Returns the page for one session (call it once per session: it builds a new state).
 
     Args:
@@ -127,9 +132,16 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
         hosts: the `hosts.Leader` when served from several hosts (the launcher's
             `--num-processes`): the session's work on trees spread over every host's devices
             is broadcast to the followers, which run it too.
+        remote_prefixes: URLs the "Open URL" field may open: None refuses all (no field),
+            [] allows any, else only those starting with a prefix; by default what
+            `$PYTREE_INSPECTOR_ALLOW_REMOTE` says (see `remote_prefixes_from_env`).
     """
     if state is None:
-        state = new_state(defaults, background, trees, root)
+        if remote_prefixes == FROM_ENV:
+            from inspector.ui.session.checkpoint_files import remote_prefixes_from_env
+
+            remote_prefixes = remote_prefixes_from_env()
+        state = new_state(defaults, background, trees, root, remote_prefixes)
     if hosts is not None:
         state.hosts, state.session_id = hosts, hosts.new_session(list(state.trees))
     app = InspectorApp(state)
@@ -147,7 +159,8 @@ UNUSED_SESSION_LIFETIME_MS = 120_000
 def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port: int = 0,
           show: bool = True, examples: bool = True,
           started: Callable[[str], None] | None = None, hosts=None,
-          origins: list[str] | None = None, **kwargs) -> None:
+          origins: list[str] | None = None,
+          remote_prefixes: list[str] | None | str = FROM_ENV, **kwargs) -> None:
     """Serves the app on `address` (this machine only by default) until interrupted, a fresh
     state per browser session; `trees` ({name: tree}, e.g. opened checkpoints) are in every
     session.
@@ -162,6 +175,7 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
         hosts: the `hosts.Leader` of process 0 when served from several hosts.
         origins: hosts (`host[:port]`) whose pages may open the app's websocket; by default
             only the address served and, on 127.0.0.1, localhost.
+        remote_prefixes: which URLs the page may open (see `create_app`).
     """
     from inspector.ui.session.loaded import prepare
 
@@ -174,7 +188,8 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
             port = s.getsockname()[1]
 
     def session():
-        return create_app(defaults=examples, trees=prepared, root=root, hosts=hosts)
+        return create_app(defaults=examples, trees=prepared, root=root, hosts=hosts,
+                          remote_prefixes=remote_prefixes)
 
     if not origins:
         origins = [f"{address}:{port}"] + ([f"localhost:{port}"] if address == "127.0.0.1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import panel as pn
 import panel_material_ui as pmui
 
-from inspector.ui.session.checkpoint_files import MAX_UPLOAD_BYTES
+from inspector.ui.session.checkpoint_files import MAX_UPLOAD_BYTES, REMOTE_ENV
 from inspector.ui.session.formatting import human_bytes, pre
 from inspector.ui.upload import UploadInput
 
@@ -35,6 +35,16 @@ class FileOpener(pn.viewable.Viewer):
         self.upload.param.watch(self._on_upload, "value")
         self.upload.param.watch(self._on_received, "received")
         self.upload.param.watch(self._on_refused, "refused")
+        self.url = self.open_url = None
+        if state.remote_prefixes is not None:
+            # a URL the server fetches: only when the app was started allowing it
+            self.url = pmui.TextInput(
+                label="Open URL", placeholder="https://…, s3://…, gs://…, hf://…",
+                value=state.open_url_text, sizing_mode="stretch_width", margin=(5, 10))
+            self.url.param.watch(self._on_url, ["value", "value_input"])
+            self.open_url = pmui.Button.from_param(
+                state.param.open_url, label="Open URL", icon="cloud_download",
+                variant="outlined", sizing_mode="stretch_width", disabled=state.param.busy)
         self._error = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)
         self.alert = pmui.Alert(self._error, severity="error", title="Could not open",
                                 sizing_mode="stretch_width", visible=False, margin=(5, 10))
@@ -48,8 +58,30 @@ class FileOpener(pn.viewable.Viewer):
                 pmui.Typography("Click files or orbax folders to select them; double-click a "
                                 "folder to enter it.", variant="caption", margin=(0, 10)),
                 self.picker, self.open]
-        parts += [self.upload, self.alert]
+        parts.append(self.upload)
+        parts += self._url_parts()
+        parts.append(self.alert)
         return pmui.Column(*parts, sizing_mode="stretch_width")
+
+    def _url_parts(self) -> list:
+        prefixes = self._state.remote_prefixes
+        if prefixes is None:
+            off = ("Opening URLs is off. Start the app with --allow-remote (or "
+                   f"{REMOTE_ENV}=1) to open http(s)://, s3://, gs:// and hf:// checkpoints.")
+            return [pmui.Typography(off, variant="caption", margin=(5, 10),
+                                    css_classes=["remote-off"])]
+        parts = [self.url, self.open_url]
+        if prefixes:
+            parts.append(pmui.Typography(f"Only URLs starting with {', '.join(prefixes)}.",
+                                         variant="caption", margin=(0, 10)))
+        # what a remote read is doing (bytes / total, rate), while it runs
+        parts.append(pmui.Typography(self._state.param.status, variant="caption",
+                                     margin=(0, 10), visible=self._state.param.busy,
+                                     css_classes=["open-status"]))
+        return parts
+
+    def _on_url(self, event):
+        self._state.open_url_text = event.new or ""
 
     def _on_pick(self, event):
         self._state.open_paths = [str(p) for p in event.new]

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import panel as pn
 import panel_material_ui as pmui
+import param
 from bokeh.models import ImportedStyleSheet
 from panel.io.notebook import replace_inline_css
 from panel.reactive import Reactive
@@ -134,6 +135,9 @@ class NotebookState(InspectorState):
     """The session state of a notebook widget. With `background` on, work asked for in the
     widget (Run, a moved weight) runs in a worker thread, so the kernel stays free; work asked
     for by a cell's code runs at once, so the cell's next line sees its result."""
+
+    remote_prefixes = param.List(default=[], allow_None=True, doc="URL prefixes `open_url` may "
+                                 "open: any, in a notebook (the user's own kernel fetches them).")
 
     def _submit(self, make, coalesce: str | None = None) -> None:
         if not self.background or _in_widget_message():

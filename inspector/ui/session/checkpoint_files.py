@@ -36,6 +36,15 @@ MAX_UPLOAD_INFLATE_BYTES = 256 * 2**20
 MAX_DOWNLOAD_BYTES = 2**30
 """Largest tree the app sends to the browser as a file (it travels base64-encoded in memory)."""
 
+REMOTE_ENV = "PYTREE_INSPECTOR_ALLOW_REMOTE"
+"""`1` lets the served app open any URL; a comma-separated list, only URLs with those prefixes."""
+
+REMOTE_OFF = (
+    "Opening URLs is off in this app (a server must not fetch addresses for whoever opens its "
+    "page).\nStart it with --allow-remote (and --remote-prefix PREFIX to allow only some), or "
+    f"set {REMOTE_ENV}=1 (or to comma-separated URL prefixes)."
+)
+
 EXPORT_FORMATS = {"safetensors": ".safetensors", "npz": ".npz"}
 _CHECKPOINT_SUFFIXES = (".safetensors", ".npz", ".npy", ".msgpack", ".h5", ".hdf5", ".pt",
                         ".pth", ".bin", ".ckpt")
@@ -110,6 +119,52 @@ def open_checkpoints(root: str, paths) -> list[LoadedTree]:
             raise type(exc)(relative_to_root(str(exc), root)) from None
         out.append(prepare(path.name, tree, f"file {path.name}"))
     return out
+
+
+def remote_prefixes_from_env(value: str | None = None) -> list[str] | None:
+    """The URL prefixes `$PYTREE_INSPECTOR_ALLOW_REMOTE` allows: None (off), [] (any URL).
+
+    >>> remote_prefixes_from_env(""), remote_prefixes_from_env("1")
+    (None, [])
+    >>> remote_prefixes_from_env("s3://models/, https://hf.co/")
+    ['s3://models/', 'https://hf.co/']
+    """
+    value = (os.environ.get(REMOTE_ENV, "") if value is None else value).strip()
+    if value.lower() in ("", "0", "false", "no", "off"):
+        return None
+    if value.lower() in ("1", "true", "yes", "on", "*"):
+        return []
+    return [prefix.strip() for prefix in value.split(",") if prefix.strip()]
+
+
+def open_remote(url: str, prefixes: list[str] | None, progress=None) -> LoadedTree:
+    """Loads the checkpoint at `url` (structure only), if the app's policy allows the URL.
+
+    Args:
+        url: an http(s)://, s3://, gs://, hf:// ... URL.
+        prefixes: None refuses every URL (the served app's default); [] allows any; else the
+            URL must start with one of them.
+        progress: passed to `inspector.load` (remote leaf reads report to it).
+
+    Raises:
+        SetupError: the text is no URL, URLs are off, or the URL has none of the prefixes.
+        LoadError: the URL cannot be read or is not a checkpoint (the message names it).
+    """
+    from inspector.io.locate import is_url
+    from inspector.io.remote import redact
+
+    url = url.strip()
+    if not is_url(url):
+        raise SetupError(f"Cannot open {url!r}: it is not a URL.\nType an address such as "
+                         "https://host/model.safetensors, s3://bucket/ckpt/ or hf://org/model/x.")
+    if prefixes is None:
+        raise SetupError(f"Cannot open {redact(url)}: {REMOTE_OFF}")
+    if prefixes and not any(url.startswith(prefix) for prefix in prefixes):
+        raise SetupError(f"Cannot open {redact(url)}: this app opens only URLs starting with "
+                         f"{', '.join(prefixes)}.")
+    tree = inspector.load(url, progress=progress)
+    name = redact(url).split("?")[0].rstrip("/").rsplit("/", 1)[-1] or redact(url)
+    return prepare(name, tree, f"url {redact(url)}")
 
 
 def open_upload(filename: str, data: bytes | os.PathLike) -> LoadedTree:

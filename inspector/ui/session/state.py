@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 import traceback
 
 import param
@@ -53,6 +54,11 @@ class InspectorState(param.Parameterized):
     open_paths = param.List(default=[], doc="Checkpoint files or folders to open (in file_root).")
     open_error = param.String(default="", doc="Why the last open or upload failed ('' after "
                               "a success); the trees already loaded stay.")
+    remote_prefixes = param.List(default=None, allow_None=True, doc="URL prefixes `open_url` "
+                                 "may open ([]: any URL); None: URLs are refused (a served app "
+                                 "without --allow-remote).")
+    open_url_text = param.String(default="", doc="The checkpoint URL `open_url` opens.")
+    open_url = param.Event(doc="Opens `open_url_text` (structure only), if URLs are allowed.")
 
     # Operation settings -----------------------------------------------------------------------
     op = param.Selector(default="weighted_sum", objects=list(settings_classes()),
@@ -142,6 +148,7 @@ class InspectorState(param.Parameterized):
         self.runs = HeldRuns()  # the working set: trees read once, held packed, reused
         self.hosts = None  # the `hosts.Leader` when served from several hosts
         self.session_id = 0
+        self._progress_shown = 0.0
         self.ops = {name: cls() for name, cls in settings_classes().items()}
         self.param.op.objects = list(self.ops)  # ops registered after this module loaded too
         for settings in self.ops.values():
@@ -257,6 +264,27 @@ class InspectorState(param.Parameterized):
         paths, root = list(self.open_paths), self.file_root
         self._submit(lambda: (f"Opening {len(paths)} checkpoint(s) …",
                               lambda: open_checkpoints(root, paths), self._opened))
+
+    @param.depends("open_url", watch=True)
+    def _on_open_url(self):
+        from inspector.ui.session.checkpoint_files import open_remote
+
+        url, prefixes = self.open_url_text, self.remote_prefixes
+        self._submit(lambda: ("Opening the URL …",
+                              lambda: [open_remote(url, prefixes, self.read_progress)],
+                              self._opened))
+
+    def read_progress(self, progress) -> None:
+        """Shows a remote read's progress (bytes / total, rate) as the status; called by the
+        reading thread, at most every 0.2 s."""
+        from inspector.ui.session.formatting import human_bytes
+
+        now = time.monotonic()
+        if progress.done < progress.total and now - self._progress_shown < 0.2:
+            return
+        self._progress_shown = now
+        self.status = (f"Reading {progress.source}: {human_bytes(progress.done)} / "
+                       f"{human_bytes(progress.total)}, {human_bytes(progress.rate)}/s")
 
     def open_upload(self, filename: str, data) -> None:
         """Loads an uploaded checkpoint (bytes, or the temporary file `UploadInput` received),

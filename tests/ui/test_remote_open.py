@@ -1,0 +1,156 @@
+"""Opening checkpoint URLs in the app: refused unless the server allows it (--allow-remote,
+PYTREE_INSPECTOR_ALLOW_REMOTE), optionally only some prefixes; the launcher takes URLs; read
+progress shows as the status. Against a real range-serving HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import inspector
+from inspector import cli
+from inspector.ui import app
+from inspector.ui.session.checkpoint_files import REMOTE_OFF
+from inspector.ui.session.state import InspectorState
+from tests.io.servers import RangeServer
+from tests.serving import free_port, session, stop, wait_for
+
+MODEL = {"dense": {"kernel": np.arange(12, dtype=np.float32).reshape(4, 3)},
+         "big": np.ones(300_000, np.float32)}
+
+
+@pytest.fixture(scope="module")
+def http(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("served")
+    inspector.save(MODEL, folder / "model.safetensors")
+    with RangeServer(folder) as server:
+        yield server
+
+
+def _state(prefixes) -> InspectorState:
+    return InspectorState(remote_prefixes=prefixes)
+
+
+def test_a_url_is_refused_unless_the_app_allows_it(http):
+    state = _state(None)
+    state.open_url_text = f"{http.url}/model.safetensors"
+    http.traffic.reset()
+    state.param.trigger("open_url")
+    assert state.open_error == f"Cannot open {http.url}/model.safetensors: {REMOTE_OFF}"
+    assert "--allow-remote" in state.open_error and not state.trees
+    assert http.traffic.requests == []  # nothing was fetched
+
+
+def test_an_allowed_url_opens_structure_only(http):
+    state = _state([])
+    state.open_url_text = f"{http.url}/model.safetensors"
+    http.traffic.reset()
+    state.param.trigger("open_url")
+    assert state.open_error == "" and state.selected == "model.safetensors"
+    loaded = state.trees["model.safetensors"]
+    assert loaded.source == f"url {http.url}/model.safetensors"
+    assert http.traffic.bytes <= 64 * 1024  # headers only
+
+
+def test_only_the_allowed_prefixes_open(http):
+    state = _state(["s3://models/"])
+    state.open_url_text = f"{http.url}/model.safetensors"
+    state.param.trigger("open_url")
+    assert state.open_error == (f"Cannot open {http.url}/model.safetensors: this app opens only "
+                                "URLs starting with s3://models/.")
+    state = _state([f"{http.url}/"])
+    state.param.trigger("open_url")  # empty text: not a URL
+    assert state.open_error.startswith("Cannot open '': it is not a URL.")
+    state.open_url_text = f"{http.url}/model.safetensors"
+    state.param.trigger("open_url")
+    assert state.open_error == "" and "model.safetensors" in state.trees
+
+
+def test_a_remote_read_shows_bytes_total_and_rate(http):
+    state = _state([])
+    shown = []
+    state.param.watch(lambda e: shown.append(e.new), "status")
+    state.open_url_text = f"{http.url}/model.safetensors"
+    state.param.trigger("open_url")
+    leaf = state.trees["model.safetensors"].tree["big"]
+    np.testing.assert_array_equal(np.asarray(leaf), MODEL["big"])
+    reading = [s for s in shown if s.startswith("Reading")]
+    assert reading and re.fullmatch(
+        rf"Reading {re.escape(http.url)}/model\.safetensors: 1\.14 MiB / 1\.14 MiB, .+/s",
+        reading[-1]), reading
+
+
+def test_the_environment_variable_sets_the_policy(monkeypatch):
+    from inspector.ui.session.checkpoint_files import remote_prefixes_from_env
+
+    monkeypatch.delenv("PYTREE_INSPECTOR_ALLOW_REMOTE", raising=False)
+    assert remote_prefixes_from_env() is None
+    monkeypatch.setenv("PYTREE_INSPECTOR_ALLOW_REMOTE", "1")
+    assert remote_prefixes_from_env() == []
+    page = app.create_app(defaults=False, background=False, root="")
+    assert page.inspector.state.remote_prefixes == []
+    monkeypatch.setenv("PYTREE_INSPECTOR_ALLOW_REMOTE", "https://a/,s3://b/")
+    assert app.create_app(defaults=False, root="").inspector.state.remote_prefixes == [
+        "https://a/", "s3://b/"]
+
+
+def test_the_launcher_takes_urls_and_the_flags(http, tmp_path, monkeypatch):
+    monkeypatch.delenv("PYTREE_INSPECTOR_ALLOW_REMOTE", raising=False)
+    trees = cli.load_all([f"{http.url}/model.safetensors"])
+    assert list(trees) == ["model.safetensors"]
+    calls = {}
+    monkeypatch.setattr(app, "serve", lambda trees, **kw: calls.update(kw, trees=trees))
+    assert cli.main([f"{http.url}/model.safetensors", "--no-show", "--root", str(tmp_path)]) == 0
+    assert list(calls["trees"]) == ["model.safetensors"] and calls["remote_prefixes"] is None
+    cli.main(["--no-show", "--root", str(tmp_path), "--allow-remote"])
+    assert calls["remote_prefixes"] == []
+    cli.main(["--no-show", "--root", str(tmp_path), "--allow-remote",
+              "--remote-prefix", "s3://a/", "--remote-prefix", "hf://b/"])
+    assert calls["remote_prefixes"] == ["s3://a/", "hf://b/"]
+
+
+# Browser ------------------------------------------------------------------------------------
+
+def _launch(folder, *flags):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PYTREE_INSPECTOR_ALLOW_REMOTE"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inspector", "--no-show", "--no-examples", "--port", str(port),
+         *flags], cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/inspector"
+    try:
+        wait_for(f"http://127.0.0.1:{port}/static/extensions/panel/css/loading.css", proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, url
+
+
+@pytest.mark.browser
+def test_the_served_app_opens_urls_only_with_allow_remote(browser, http, tmp_path):
+    proc, url = _launch(tmp_path)
+    try:
+        with session(browser, url) as page:
+            page.get_by_text("Opening URLs is off. Start the app with --allow-remote").wait_for()
+            assert page.get_by_label("Open URL").count() == 0
+    finally:
+        stop(proc)
+    proc, url = _launch(tmp_path, "--allow-remote")
+    try:
+        with session(browser, url) as page:
+            field = page.get_by_label("Open URL")
+            field.wait_for()
+            field.fill(f"{http.url}/model.safetensors")
+            field.press("Tab")
+            page.get_by_role("button", name="Open URL").click()
+            item = page.locator('li[role=treeitem][id$="-[\'dense\'][\'kernel\']"]').first
+            item.wait_for()
+            assert "float32[4,3]" in item.inner_text()
+            assert page.get_by_text(f"url {http.url}/model.safetensors").count() >= 1
+    finally:
+        stop(proc)
