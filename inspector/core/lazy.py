@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -54,6 +55,11 @@ class LazyArray:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
+    @property
+    def remote(self) -> bool:
+        """Whether reading it fetches over the network (its source is a URL)."""
+        return "://" in self.source
+
     def read(self) -> np.ndarray:
         """Returns the data as a NumPy array of `shape` and `dtype` (read now)."""
         if self._value is not None:
@@ -80,3 +86,32 @@ class LazyArray:
 
     def __repr__(self) -> str:
         return f"LazyArray({self.dtype}{list(self.shape)}, source={self.source!r})"
+
+
+def read_ahead(values: Iterable, ahead: int = 8) -> Iterator:
+    """Yields `values` in order, each `LazyArray` read (a NumPy array), others as they are.
+
+    Remote leaves are fetched up to `ahead` at a time in threads while earlier ones are used,
+    so a tree at a URL costs about one round trip per `ahead` leaves, not one per leaf, and at
+    most `ahead` leaves are held at once. Local leaves (memory maps) are read in order.
+
+    >>> leaves = [LazyArray((1,), "int32", lambda: np.ones(1, np.int32)), 7]
+    >>> [np.asarray(v).tolist() for v in read_ahead(leaves)]
+    [[1], 7]
+    """
+    values = list(values)
+    remote = [i for i, v in enumerate(values) if isinstance(v, LazyArray) and v.remote]
+    if len(remote) < 2:
+        yield from (v.read() if isinstance(v, LazyArray) else v for v in values)
+        return
+    with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="inspector-read") as pool:
+        futures, submitted = {}, 0
+        for i, value in enumerate(values):
+            while submitted < len(remote) and len(futures) < ahead:
+                j = remote[submitted]
+                futures[j] = pool.submit(values[j].read)
+                submitted += 1
+            if i in futures:
+                yield futures.pop(i).result()
+            else:
+                yield value.read() if isinstance(value, LazyArray) else value

@@ -17,6 +17,7 @@ import numpy as np
 
 from inspector.core import nodes
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
+from inspector.core.lazy import read_ahead
 from inspector.core.leaves import dtype_name, leaf_info
 
 
@@ -251,7 +252,7 @@ def pack(tree, lead_dims: int = 0) -> PackedTree:
     layout, leaves = plan_layout(tree, lead_dims)
     lead = layout.lead
     buffers = {d: np.empty(lead + (n,), dtype=np.dtype(d)) for d, n in layout.sizes.items()}
-    for leaf, slot in zip(leaves, layout.slots, strict=True):
+    for leaf, slot in zip(read_ahead(leaves), layout.slots, strict=True):  # URLs: concurrent
         buffers[slot.group][..., slot.offset : slot.offset + slot.size] = \
             np.asarray(leaf).reshape(lead + (slot.size,))
     return PackedTree(layout, buffers)

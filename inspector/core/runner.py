@@ -12,7 +12,7 @@ import jax
 from inspector.core import placement
 from inspector.core.devices import device_name, devices, resolve_device
 from inspector.core.errors import InspectorError
-from inspector.core.lazy import LazyArray
+from inspector.core.lazy import read_ahead
 from inspector.core.op import Op, block, op_of, run_once
 from inspector.core.plan import Call, Plan, thread_compiles
 
@@ -112,8 +112,10 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     kernel_seconds, _ = plan.compile()
     n_after, seconds_after = thread_compiles()
     read_start = time.perf_counter()
-    for call in plan.calls:  # read lazy leaves once here, not inside every timed repeat
-        call.args = [a.read() if isinstance(a, LazyArray) else a for a in call.args]
+    # read lazy leaves once here, not inside every timed repeat (remote ones several at once)
+    values = read_ahead([a for call in plan.calls for a in call.args])
+    for call in plan.calls:
+        call.args = [next(values) for _ in call.args]
     place_seconds = plan.place()
     read_seconds = time.perf_counter() - read_start
     result = None

@@ -25,6 +25,7 @@ import numpy as np
 
 from inspector.core import memory
 from inspector.core.devices import device_name, resolve_device
+from inspector.core.lazy import read_ahead
 from inspector.core.packed import PackedTree, plan_layout
 
 DEFAULT_FRACTION = 0.6
@@ -246,8 +247,8 @@ def _upload(items: list, size: int, dtype: np.dtype, device) -> jax.Array:
         buffer = _write(buffer, piece, np.int32(start))
         piece.block_until_ready()  # staging is refilled next: its copy must be done
 
-    for leaf, slot in items:
-        data = np.asarray(leaf).reshape(-1)
+    for value, (_, slot) in zip(read_ahead(leaf for leaf, _ in items), items, strict=True):
+        data = np.asarray(value).reshape(-1)
         done = 0
         while done < slot.size:
             n = min(chunk - filled, slot.size - done)

@@ -40,6 +40,7 @@ CHUNK_BYTES = 8 * 1024 * 1024
 """Large arrays are fetched in ranges of this size, `PARALLEL` at a time."""
 
 PARALLEL = 8
+SMALL_PARALLEL = 32  # for small ranges (npz member headers): requests, not bytes, dominate
 
 NOT_FOUND = "it was not found on the server"
 
@@ -263,10 +264,11 @@ class RemoteFile(Location):
         nbytes = sum(e - s for s, e in ranges)
         if self.fs.async_impl:
             n = len(ranges)
+            # small ranges (headers) go many at a time; large ones 8 at a time
+            batch = SMALL_PARALLEL if nbytes <= n * BLOCK_BYTES else PARALLEL
             results = self._call(
                 self.fs.cat_ranges, [self.fs_path] * n, [s for s, _ in ranges],
-                [e for _, e in ranges], nbytes=nbytes, rounds=-(-n // PARALLEL),
-                batch_size=PARALLEL,
+                [e for _, e in ranges], nbytes=nbytes, rounds=-(-n // batch), batch_size=batch,
             )
         else:
             futures = [_POOL.submit(self._fetch_sync, s, e) for s, e in ranges]

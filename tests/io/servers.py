@@ -14,6 +14,7 @@ import os
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,18 @@ class Traffic:
 
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     bytes: int = 0
+    in_flight: int = 0
+    most_in_flight: int = 0  # requests being answered at the same time, at most
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def begin(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+    def end(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
 
     def add(self, method: str, path: str, ranged: str, nbytes: int) -> None:
         with self.lock:
@@ -36,7 +48,7 @@ class Traffic:
     def reset(self) -> None:
         with self.lock:
             self.requests.clear()
-            self.bytes = 0
+            self.bytes = self.most_in_flight = 0
 
 
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
@@ -46,10 +58,19 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_HEAD(self) -> None:
-        self._serve(body=False)
+        self._counted(body=False)
 
     def do_GET(self) -> None:
-        self._serve(body=True)
+        self._counted(body=True)
+
+    def _counted(self, body: bool) -> None:
+        owner = self.server.owner  # type: ignore[attr-defined]
+        owner.traffic.begin()
+        try:
+            time.sleep(owner.delay)  # a slower network, so that overlap shows
+            self._serve(body)
+        finally:
+            owner.traffic.end()
 
     def _serve(self, body: bool) -> None:
         server: RangeServer = self.server.owner  # type: ignore[attr-defined]
@@ -117,6 +138,7 @@ class RangeServer:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).resolve()
         self.traffic = Traffic()
+        self.delay = 0.0  # seconds each request waits before it is answered
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RangeHandler)
         self._server.daemon_threads = True
         self._server.owner = self  # type: ignore[attr-defined]

@@ -163,6 +163,20 @@ def test_weighted_sum_of_two_remote_trees_equals_the_local_one(kind, root, http,
     assert np.asarray(result["step"]).tolist() == [0, 1, 2]
 
 
+def test_ops_fetch_several_remote_leaves_at_once(root, http):
+    tree = inspector.load(f"{http.url}/model.safetensors")
+    http.traffic.reset()
+    http.delay = 0.05
+    try:
+        packed = inspector.pack(tree)
+    finally:
+        http.delay = 0.0
+    assert http.traffic.most_in_flight >= 2, http.traffic.requests
+    local = inspector.load(root / "model.safetensors")
+    np.testing.assert_array_equal(np.asarray(packed.unpack()["layers"]["5"]["w"]),
+                                  np.asarray(local["layers"]["5"]["w"]))
+
+
 def test_progress_reports_bytes_total_and_rate(http):
     seen = []
     tree = inspector.load(f"{http.url}/model.safetensors", progress=seen.append)
