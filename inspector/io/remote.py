@@ -287,8 +287,9 @@ class RemoteFile(Location):
         return results
 
     def _fetch_sync(self, start: int, end: int) -> bytes:
-        # a synchronous filesystem (hf://): an unbuffered file reads exactly the range asked
-        with self.fs.open(self.fs_path, "rb", cache_type="none", block_size=0) as f:
+        # a synchronous filesystem (hf://): with no cache, a buffered file fetches exactly the
+        # range asked (its block size and read-ahead apply only to its caches)
+        with self.fs.open(self.fs_path, "rb", cache_type="none") as f:
             f.seek(start)
             return f.read(end - start)
 

@@ -248,3 +248,20 @@ def test_a_missing_filesystem_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "gcsfs", None)
     message = _fails_within("gs://bucket/model.safetensors", 5, "gs://bucket/model.safetensors")
     assert "pip install 'pytree-inspector[remote]'" in message
+
+
+def test_a_synchronous_filesystem_reads_through_the_same_path(root):
+    # fsspec's memory:// is synchronous (as hf:// is): ranges go through a worker thread
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/remote-test/model.safetensors", (root / "model.safetensors").read_bytes())
+    try:
+        tree = inspector.load("memory://remote-test/model.safetensors")
+        local = inspector.load(root / "model.safetensors")
+        assert _rows(tree) == _rows(local)
+        np.testing.assert_array_equal(np.asarray(tree["embed"]), np.asarray(local["embed"]))
+        _fails_within("memory://remote-test/missing.safetensors", 5,
+                      "memory://remote-test/missing.safetensors: it was not found")
+    finally:
+        fs.rm("/remote-test", recursive=True)
