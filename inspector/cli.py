@@ -98,7 +98,7 @@ def load_all(paths: list[str]) -> dict:
     """
     import inspector
     from inspector.io.locate import is_url
-    from inspector.io.remote import redact
+    from inspector.io.remote_failures import redact
 
     trees = {}
     for path in paths:

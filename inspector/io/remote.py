@@ -13,11 +13,8 @@ socket timeouts are set to `timeout`, and each call has a hard deadline on top.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import io
 import math
-import re
 import threading
 import time
 import urllib.parse
@@ -29,12 +26,11 @@ import numpy as np
 from inspector.core.errors import InspectorError, LoadError
 from inspector.io.file_error import file_error
 from inspector.io.location import Location, ProgressCallback, ReadProgress
+from inspector.io.range_file import BLOCK_BYTES, RangeFile
+from inspector.io.remote_failures import NOT_FOUND, classify, clean, redact
 
 HEAD_BYTES = 64 * 1024
 """The first bytes of a file, fetched once: magic bytes and (usually) the whole header."""
-
-BLOCK_BYTES = 64 * 1024
-"""What a file object (for `zipfile`, h5py) fetches on a cache miss."""
 
 CHUNK_BYTES = 8 * 1024 * 1024
 """Large arrays are fetched in ranges of this size, `PARALLEL` at a time."""
@@ -42,26 +38,9 @@ CHUNK_BYTES = 8 * 1024 * 1024
 PARALLEL = 8
 SMALL_PARALLEL = 32  # for small ranges (npz member headers): requests, not bytes, dominate
 
-NOT_FOUND = "it was not found on the server"
-
 EXTRA_HINT = "Install the remote filesystems with: pip install 'pytree-inspector[remote]'"
 
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="inspector-io")
-
-
-def redact(url: str) -> str:
-    """Returns `url` without credentials: no user:password, no query string (tokens live there).
-
-    >>> redact("https://me:pw@host:8000/m.safetensors?X-Amz-Signature=abc")
-    'https://***@host:8000/m.safetensors?...'
-    """
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")) + (
-        "?..." if parts.query else ""
-    )
 
 
 class RemoteFile(Location):
@@ -95,12 +74,12 @@ class RemoteFile(Location):
         except ImportError as exc:
             raise file_error(
                 name, f"reading {protocol}:// URLs needs a filesystem that is not installed "
-                f"({_clean(str(exc), url, options)})", EXTRA_HINT
+                f"({clean(str(exc), url, options)})", EXTRA_HINT
             ) from exc
         except (ValueError, TypeError) as exc:
             raise file_error(
                 name, f"fsspec cannot open {protocol}:// URLs with these storage_options "
-                f"({type(exc).__name__}: {_clean(str(exc), url, options)})",
+                f"({type(exc).__name__}: {clean(str(exc), url, options)})",
                 "Check the URL scheme and the storage_options.",
             ) from exc
         if isinstance(getattr(fs, "retries", None), int):
@@ -329,104 +308,8 @@ class RemoteFile(Location):
         problem, fix = classify(exc, self.timeout)
         while (exc.__cause__ or exc.__context__) is not None:  # the root cause says most
             exc = exc.__cause__ or exc.__context__
-        detail = _clean(f"{type(exc).__name__}: {exc}", self.url, self.options)
+        detail = clean(f"{type(exc).__name__}: {exc}", self.url, self.options)
         return file_error(self.name, f"{problem} ({detail})" if str(exc) else problem, fix)
-
-
-class RangeFile(io.RawIOBase):
-    """A read-only, seekable file object over a `RemoteFile`, for libraries that want one.
-
-    A read that misses the cache fetches one 64 KiB block around it (clipped to the file),
-    never more, so `zipfile` finds its central directory in one request; `prefetch` fetches
-    several ranges at once (npz member headers, torch storages' local headers).
-    """
-
-    def __init__(self, location: RemoteFile):
-        super().__init__()
-        self._location, self._size, self._pos = location, location.size(), 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        start, end = self._pos, min(self._pos + len(view), self._size)
-        if end <= start:
-            return 0
-        data = self._location.cached(start, end)
-        if data is None:
-            window = max(BLOCK_BYTES, end - start)
-            lo = max(0, min(start, self._size - window))
-            block = self._location.read(lo, lo + window)
-            self._location.remember(lo, block)
-            data = block[start - lo : end - lo]
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
-        ranges = [(s, min(e, self._size)) for s, e in ranges if s < min(e, self._size)]
-        missing = [(s, e) for s, e in ranges if self._location.cached(s, e) is None]
-        for (s, _), data in zip(missing, self._location.read_many(missing), strict=True):
-            self._location.remember(s, data)
-
-
-def classify(exc: BaseException, timeout: float) -> tuple[str, str]:
-    """Returns (the problem, the fix) for a filesystem error, looking through its causes."""
-    chain, seen = [], exc
-    while seen is not None and len(chain) < 10:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    names = {type(e).__name__ for e in chain}
-    status = next((getattr(e, "status", None) for e in chain if getattr(e, "status", None)), None)
-    codes = {str(getattr(e, "response", {}).get("Error", {}).get("Code", "")) for e in chain
-             if isinstance(getattr(e, "response", None), dict)}
-    text = " ".join(str(e) for e in chain)
-    if status in (401, 403) or isinstance(exc, PermissionError) or codes & _AUTH_CODES or (
-        "403" in text and "Forbidden" in text
-    ):
-        return (f"access was denied (HTTP {status or 403}): the credentials are missing or wrong",
-                "Pass credentials in storage_options (e.g. key/secret, token, headers) or set "
-                "the provider's environment variables.")
-    if any(isinstance(e, TimeoutError | asyncio.TimeoutError) for e in chain) or names & {
-        "FSTimeoutError", "ServerTimeoutError", "ReadTimeoutError", "ConnectTimeoutError",
-        "SocketTimeoutError", "ConnectionTimeoutError",
-    }:
-        return (f"the server did not answer within {timeout:g} s",
-                "Check that the server is up, or allow longer: inspector.load(url, timeout=...).")
-    if names & {"ClientPayloadError", "ContentLengthError", "IncompleteRead",
-                "ResponseStreamingError", "TransferEncodingError"}:
-        return ("the response was truncated (the connection closed before all bytes came)",
-                "Try again; if it persists the server or the file is broken.")
-    if any(isinstance(e, ConnectionRefusedError) for e in chain) or names & {
-        "ClientConnectorError", "EndpointConnectionError", "ClientOSError",
-        "ServerDisconnectedError", "ConnectError", "ConnectionError",
-    }:
-        return ("could not connect to the server (refused or unreachable)",
-                "Check the host and port, and that the server is running.")
-    if any(isinstance(e, FileNotFoundError) for e in chain) or status == 404 or codes & {
-        "NoSuchKey", "NoSuchBucket", "404"
-    }:
-        return (NOT_FOUND,
-                "Check the URL; for a private file, pass credentials in storage_options.")
-    if status:
-        return (f"the server answered HTTP {status}", "Check the URL and the server.")
-    return ("reading it failed", "Check the URL, the storage_options and the network.")
-
-
-_AUTH_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403",
-               "InvalidToken", "ExpiredToken", "Unauthorized"}
 
 
 def _with_timeouts(protocol: str, options: dict, timeout: float) -> dict:
@@ -448,21 +331,6 @@ def _with_timeouts(protocol: str, options: dict, timeout: float) -> dict:
     elif protocol in ("gs", "gcs"):
         options.setdefault("timeout", timeout)
     return options
-
-
-_SECRET_KEYS = ("key", "secret", "token", "password", "access_key", "secret_key",
-                "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
-
-
-def _clean(text: str, url: str, options: dict) -> str:
-    """`text` with the URL's credentials and any secret from `options` masked."""
-    text = " ".join(text.replace(url, redact(url)).split())
-    text = re.sub(r"//[^/@\s]+:[^/@\s]*@", "//***@", text)
-    secrets = [str(options.get(k)) for k in _SECRET_KEYS if options.get(k)]
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text[:500]
 
 
 def _join_url(url: str, relative: str) -> str:
