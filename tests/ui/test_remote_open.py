@@ -148,7 +148,7 @@ def test_the_served_app_opens_urls_only_with_allow_remote(browser, http, tmp_pat
             field.fill(f"{http.url}/model.safetensors")
             field.press("Tab")
             page.locator("button", has_text="Open URL").click()
-            item = page.locator('li[role=treeitem][id$="-[\'dense\'][\'kernel\']"]').first
+            item = page.locator("""[role=treeitem][data-path="['dense']['kernel']"]""").first
             item.wait_for()
             assert "float32[4,3]" in item.inner_text()
             assert page.get_by_text(f"url {http.url}/model.safetensors").count() >= 1
