@@ -80,7 +80,7 @@ def inside_root(root: str | os.PathLike, path: str | os.PathLike) -> Path:
                      f"folder that holds it.")
 
 
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[^\s:'\"()\[\],;]*")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])/[^\s:'\"()\[\],;]*")  # not inside a URL
 
 
 def relative_to_root(text: str, root: str | os.PathLike | None) -> str:
@@ -89,6 +89,8 @@ def relative_to_root(text: str, root: str | os.PathLike | None) -> str:
 
     >>> relative_to_root("Cannot load /srv/ckpt/sub/m.npz: bad. (see /usr/lib/x.py:3)", "/srv/ckpt")
     'Cannot load sub/m.npz: bad. (see x.py:3)'
+    >>> relative_to_root("Cannot open s3://models/m.npz or https://host/x/m.npz", "/srv")
+    'Cannot open s3://models/m.npz or https://host/x/m.npz'
     """
     base = Path(root).resolve() if root else None
 
