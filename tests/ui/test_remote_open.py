@@ -136,7 +136,9 @@ def test_the_served_app_opens_urls_only_with_allow_remote(browser, http, tmp_pat
     proc, url = _launch(tmp_path)
     try:
         with session(browser, url) as page:
-            page.get_by_text("Opening URLs is off. Start the app with --allow-remote").wait_for()
+            # a fresh launcher's first page can take a while on a busy machine
+            page.get_by_text("Opening URLs is off. Start the app with --allow-remote").wait_for(
+                timeout=60_000)
             assert page.get_by_label("Open URL").count() == 0
     finally:
         stop(proc)
@@ -144,12 +146,12 @@ def test_the_served_app_opens_urls_only_with_allow_remote(browser, http, tmp_pat
     try:
         with session(browser, url) as page:
             field = page.get_by_label("Open URL")
-            field.wait_for()
+            field.wait_for(timeout=60_000)
             field.fill(f"{http.url}/model.safetensors")
             field.press("Tab")
             page.locator("button", has_text="Open URL").click()
             item = page.locator("""[role=treeitem][data-path="['dense']['kernel']"]""").first
-            item.wait_for()
+            item.wait_for(timeout=60_000)
             assert "float32[4,3]" in item.inner_text()
             assert page.get_by_text(f"url {http.url}/model.safetensors").count() >= 1
     finally:
