@@ -36,7 +36,7 @@ from inspector.io.limits import InflateBudget
 from inspector.io.locate import locate
 from inspector.io.location import Location
 from inspector.io.replacing import replacing
-from inspector.io.zip_members import ZIP_ERRORS, data_offset
+from inspector.io.zip_members import ZIP_ERRORS, data_offset, open_archive
 
 DTYPES_MEMBER = "__inspector_dtypes__"
 """The npz member (without `.npy`) naming the ml_dtypes dtype of members NumPy cannot type."""
@@ -95,15 +95,7 @@ def load_npz(path: str | os.PathLike | Location) -> dict:
             array (which needs pickle), or keys clash when nested.
     """
     location = locate(path)
-    f = location.open()
-    try:
-        archive = zipfile.ZipFile(f)
-    except InspectorError:
-        f.close()
-        raise  # a URL that failed: its own message
-    except ZIP_ERRORS as exc:
-        f.close()
-        raise file_error(location, f"the zip directory is damaged ({exc})", _RESAVE) from exc
+    archive, f = open_archive(location, _RESAVE)
     with archive, f:
         members = [i for i in archive.infolist() if i.filename.endswith(".npy")]
         budget = InflateBudget(location, location.size())

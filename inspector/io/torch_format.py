@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
 from inspector.io import nesting
 from inspector.io.file_error import file_error
@@ -33,7 +32,7 @@ from inspector.io.limits import InflateBudget
 from inspector.io.locate import locate
 from inspector.io.location import Location
 from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, scan, unpickle
-from inspector.io.zip_members import ZIP_ERRORS, data_offset
+from inspector.io.zip_members import ZIP_ERRORS, data_offset, open_archive
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
@@ -67,15 +66,7 @@ def load_zip(path: str | os.PathLike | Location) -> Any:
             is missing or the wrong size, or a tensor's view runs past its storage.
     """
     path = locate(path)
-    f = path.open()
-    try:
-        archive = zipfile.ZipFile(f)
-    except InspectorError:
-        f.close()
-        raise  # a URL that failed: its own message
-    except ZIP_ERRORS as exc:
-        f.close()
-        raise file_error(path, f"the zip directory is damaged ({exc})", _RESAVE) from exc
+    archive, f = open_archive(path, _RESAVE)
     with archive, f:
         names = set(archive.namelist())
         pkl = next((n for n in names if n.count("/") == 1 and n.endswith("/data.pkl")), None)

@@ -7,6 +7,9 @@ import zipfile
 import zlib
 from typing import BinaryIO
 
+from inspector.core.errors import InspectorError
+from inspector.io.file_error import file_error
+
 ZIP_ERRORS = (
     zipfile.BadZipFile,
     zipfile.LargeZipFile,
@@ -57,3 +60,21 @@ def data_offset(f: BinaryIO, info: zipfile.ZipInfo) -> int | None:
             f"beyond the file's {size} bytes"
         )
     return offset
+
+
+def open_archive(location, resave: str) -> tuple[zipfile.ZipFile, BinaryIO]:
+    """Opens `location` (a `Location`) as a zip archive; returns `(archive, file)` to close.
+
+    Raises:
+        InspectorError: a URL that failed (its own message).
+        LoadError: the zip directory is damaged; `resave` says how to write it anew.
+    """
+    f = location.open()
+    try:
+        return zipfile.ZipFile(f), f
+    except InspectorError:
+        f.close()
+        raise
+    except ZIP_ERRORS as exc:
+        f.close()
+        raise file_error(location, f"the zip directory is damaged ({exc})", resave) from exc
