@@ -111,7 +111,7 @@ def test_mesh_tab_in_the_page(browser):
             page.get_by_role("button", name="Shard").click()
             assert page.locator(".bk-Canvas, canvas").count() > 0  # the device map is drawn
             page.get_by_role("tab", name="Operations").click()
-            item = page.locator("li[role=treeitem]", has_text="P('model') over data=4, model=2")
+            item = page.locator("[role=treeitem]", has_text="P('model') over data=4, model=2")
             item.first.wait_for()
             page.get_by_text("t1 @ data=4, model=2").first.wait_for()  # in the tree list
     finally:
