@@ -77,11 +77,12 @@ def _normalize(index, shape: tuple[int, ...]):
         if isinstance(item, slice):
             start, stop, step = item.indices(n)
             size = len(range(start, stop, step))
-            if step == 1 and size == n:
+            if size == n and (step == 1 or n <= 1):
                 pattern.append(("f",))
             elif size <= 1:
-                # The step of an empty or one-element slice changes nothing: one pattern for
-                # all of them keeps subtrees indexed alike (packed) and shares their kernel.
+                # The step of an empty or one-element slice changes nothing (nor does it for a
+                # whole axis of 0 or 1): one pattern for all of them keeps subtrees indexed
+                # alike (packed) and shares their kernel.
                 pattern.append(("s", size, 1, False))
                 starts.append(start if size else 0)
             else:
