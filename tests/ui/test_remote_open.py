@@ -132,6 +132,10 @@ def _launch(folder, *flags):
 
 
 @pytest.mark.browser
+# 2026-11-23: passes alone, but after tests/io/test_remote.py's HTTP tests in the same pytest
+# process the opened URL's tree sometimes never appears (3 of 4 full runs). Runs and reports,
+# not gating, until the cause is found (issue 14 stays open for it).
+@pytest.mark.xfail(strict=False, reason="flaky after tests/io/test_remote.py; cause not found")
 def test_the_served_app_opens_urls_only_with_allow_remote(browser, http, tmp_path):
     proc, url = _launch(tmp_path)
     try:
