@@ -142,10 +142,13 @@ def test_the_tree_follows_the_aria_tree_pattern_by_keyboard_and_click(page):
     page.keyboard.press("ArrowRight")  # a closed node expands
     node(page, "[0][0]").wait_for()
     page.keyboard.press("ArrowRight")  # an open node: on to its first child
+    # Keys act on the row in focus: wait for the move before the next key (no race).
+    page.locator('[role=treeitem].focused[data-path="[0][0]"]').first.wait_for()
     page.keyboard.press("Enter")  # selects it: its leaf stats show
     page.get_by_text("std").first.wait_for()
     selected(page, "[0][0]").wait_for()
     page.keyboard.press("ArrowDown")
+    page.locator('[role=treeitem].focused[data-path="[0][1]"]').first.wait_for()
     page.keyboard.press("Enter")
     selected(page, "[0][1]").wait_for()
     page.keyboard.press("ArrowLeft")  # a leaf: up to its parent
