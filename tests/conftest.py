@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.monitoring
 import pytest
+from hypothesis import settings
+
+# CI replays the same examples every run (a landing is not a lottery); locally each run explores
+# new ones, and what they find becomes an @example.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 _BACKEND_COMPILES = {"n": 0}
 

@@ -286,7 +286,7 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             + "\nFix those indices (JAX would clamp them silently), or use ':' to keep a leaf."
         )
     if packed:
-        plan = _packed_plan(packed, found, len(pairs), device)
+        plan = _packed_plan(packed, found, device)
         # An index reaching inside the leaves (or kept whole in places) goes leaf by leaf.
         return plan if plan is not None else plan_index(packed.unpack(), index_tree, device)
 
@@ -300,13 +300,13 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     return Plan("index", device, calls, assemble, read, written)
 
 
-def _packed_plan(tree: PackedTree, found: dict, n_pairs: int, device) -> Plan | None:
+def _packed_plan(tree: PackedTree, found: dict, device) -> Plan | None:
     """One kernel per dtype for an index on the leading buffer axes only; None otherwise.
 
     Each index-tree entry covers a subtree, whose leaves are one contiguous range of each
     dtype's buffer: the kernel indexes each range's leading axes with its own (traced) starts
-    and concatenates them. Needs every leaf indexed alike on the leading axes (same static
-    pattern) and left whole beyond them.
+    and concatenates them. Needs every leaf left whole beyond the leading axes and every
+    result with the same leading shape (the static patterns may differ: `:` and `::-1`).
     """
     layout, lead = tree.layout, tree.layout.lead
     paths = [jax.tree_util.keystr(p)
@@ -314,44 +314,50 @@ def _packed_plan(tree: PackedTree, found: dict, n_pairs: int, device) -> Plan | 
     entries = [found.get(p) for p in paths]
     if not entries or any(e is None for e in entries):
         return None
-    lead_pattern = entries[0][0][: len(lead)]
-    for pattern, _, _ in entries:
-        if pattern[: len(lead)] != lead_pattern or any(p[0] != "f" for p in pattern[len(lead):]):
+    # Subtrees may index the leading axes differently (`:` here, `::-1` or `1` there) as long
+    # as every result has the same leading shape; each (subtree, pattern) gets a row of starts.
+    new_leads, rows_of = set(), {}
+    for pattern, st, pair_id in entries:
+        head = pattern[: len(lead)]
+        if any(p[0] != "f" for p in pattern[len(lead):]) or any(p[0] == "n" for p in head):
             return None
-    if any(p[0] == "n" for p in lead_pattern):
+        new_leads.add(tuple(n if p[0] == "f" else p[1]
+                            for n, p in zip(lead, head, strict=True) if p[0] != "i"))
+        rows_of.setdefault((pair_id, head), st)
+    if len(new_leads) != 1:
         return None
-    n_starts = sum(1 for p in lead_pattern if p[0] in "is")
-    starts = np.zeros((n_pairs, max(n_starts, 1)), np.int32)
-    for _, st, pair_id in entries:
-        starts[pair_id, : len(st)] = st
-    new_lead = tuple(n if p[0] == "f" else p[1] for n, p in zip(lead, lead_pattern, strict=True)
-                     if p[0] != "i")
+    (new_lead,) = new_leads
+    row_ids = {key: i for i, key in enumerate(rows_of)}
+    starts = np.zeros((len(rows_of), max(1, *(len(st) for st in rows_of.values()))), np.int32)
+    for key, st in rows_of.items():
+        starts[row_ids[key], : len(st)] = st
     ranges: dict[str, list] = {g: [] for g in layout.sizes}
-    for slot, (_, _, pair_id) in zip(layout.slots, entries, strict=True):
-        runs = ranges[slot.group]
-        if runs and runs[-1][2] == pair_id and runs[-1][1] == slot.offset:
-            runs[-1] = (runs[-1][0], slot.offset + slot.size, pair_id)
+    for slot, (pattern, _, pair_id) in zip(layout.slots, entries, strict=True):
+        runs, row = ranges[slot.group], row_ids[(pair_id, pattern[: len(lead)])]
+        if runs and runs[-1][2] == row and runs[-1][1] == slot.offset:
+            runs[-1] = (runs[-1][0], slot.offset + slot.size, row, runs[-1][3])
         else:
-            runs.append((slot.offset, slot.offset + slot.size, pair_id))
+            runs.append((slot.offset, slot.offset + slot.size, row, pattern[: len(lead)]))
+    one_position = {key[1] for key in rows_of} == {(("i",),)}
     calls, nbytes = [], 0
     for group, size in layout.sizes.items():
         buf = tree.buffers[group]
         dt = jax.dtypes.canonicalize_dtype(buf.dtype)
         out = jnp.zeros((*new_lead, size), dt, device=device)
         runs = tuple(ranges[group])
-        if len(runs) > _MAX_RUNS and lead_pattern == (("i",),):
+        if len(runs) > _MAX_RUNS and one_position:
             # Many subtrees, one position each: which row each element comes from is data
             # (a small int per element), so the kernel compiles once whatever the index tree.
             k = lead[0]
-            rows = np.repeat(starts[[r[2] for r in runs], 0], [b - a for a, b, _ in runs])
+            rows = np.repeat(starts[[r[2] for r in runs], 0], [r[1] - r[0] for r in runs])
             rows = rows.astype(np.int8 if k < 128 else np.int32)
             key = ("index_packed_rows", tuple(buf.shape), str(dt), str(rows.dtype))
             calls.append(Call(key, lambda k=k: _rows_kernel(k), [out, buf, rows], donate=(0,),
                               carry=True))
             nbytes += rows.nbytes
         else:
-            key = ("index_packed", tuple(buf.shape), str(dt), lead_pattern, runs, starts.shape)
-            calls.append(Call(key, lambda runs=runs: _packed_kernel(lead_pattern, runs),
+            key = ("index_packed", tuple(buf.shape), str(dt), runs, starts.shape)
+            calls.append(Call(key, lambda runs=runs: _packed_kernel(runs),
                               [out, buf, starts], donate=(0,), carry=True))
         nbytes += math.prod(out.shape) * np.dtype(dt).itemsize
     groups, result = list(layout.sizes), layout.with_lead(new_lead)
@@ -377,12 +383,11 @@ def _rows_kernel(k: int):
     return kernel
 
 
-def _packed_kernel(lead_pattern, runs):
-    index_one = _index_kernel((*lead_pattern, ("f",)))
-
+def _packed_kernel(runs):
     def kernel(out, buf, starts):
         del out  # donated: the result is written into it
-        pieces = [index_one(buf[..., a:b], starts[pair_id]) for a, b, pair_id in runs]
+        pieces = [_index_kernel((*head, ("f",)))(buf[..., a:b], starts[row])
+                  for a, b, row, head in runs]
         return pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
 
     return kernel

@@ -4,7 +4,7 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import inspector
@@ -73,6 +73,8 @@ _LEAD_ENTRY = st.one_of(
 @given(k=st.integers(1, 4), shapes=_SHAPES, seed=st.integers(0, 99),
        entries=st.lists(_LEAD_ENTRY, min_size=3, max_size=3), per_subtree=st.booleans(),
        dtype_ids=st.lists(st.integers(0, len(DTYPES) - 1), min_size=4, max_size=4))
+@example(k=2, shapes=[(), (), ()], seed=0, per_subtree=True, dtype_ids=[0, 0, 0, 0],
+         entries=[slice(None), slice(None), slice(None, None, -1)])  # ':' and '::-1' mixed
 def test_index_of_a_packed_stack_matches_numpy(k, shapes, seed, entries, per_subtree, dtype_ids):
     dtypes = [DTYPES[i] for i in dtype_ids[: len(shapes)]]
     trees = make_trees(k, shapes, dtypes, seed)
