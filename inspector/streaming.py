@@ -17,13 +17,16 @@ from inspector.core.packed import PackedTree
 from inspector.io.streaming import write_streamed
 
 
-def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = None):
+def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = None,
+                 progress=None):
     """Returns `sum_k weights[k] * trees[k]`; with `out=`, streamed into that file.
 
     Without `out`, this is `inspector.core.weighted_sum.weighted_sum` (see it for the rules:
     dtypes, packed trees, devices). With `out="merged.safetensors"` (or `.npz`), the result
     is computed leaf by leaf straight into the file, never held whole in memory, each input
     leaf read once; the file is written under a temporary name and renamed on success.
+    `progress` (with `out`) is called after each leaf with a `StreamProgress` (leaves and
+    bytes done of the total, the rate).
 
     Returns:
         The result tree; with `out`, `inspector.load(out)` (lazy leaves over the file).
@@ -43,7 +46,7 @@ def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = No
     # Packed inputs stream too: their leaves are views into the buffers.
     trees = [t.unpack() if isinstance(t, PackedTree) else t for t in trees]
     plan = _ws.plan_weighted_sum(trees, weights, device)
-    return write_streamed(lazy_result(plan), out)
+    return write_streamed(lazy_result(plan, progress), out)
 
 
 register(weighted_sum, _ws.WEIGHTED_SUM)

@@ -10,6 +10,11 @@ time: that is how `weighted_sum(..., out=path)` streams.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import jax
 import numpy as np
 
@@ -18,11 +23,29 @@ from inspector.core.lazy import LazyArray
 from inspector.core.plan import Plan
 
 
-def lazy_result(plan: Plan):
+@dataclass(frozen=True)
+class StreamProgress:
+    """How far a streamed result has got: `done` of `total` leaves computed, `nbytes` of
+    `total_bytes` output bytes, after `seconds`."""
+
+    done: int
+    total: int
+    nbytes: int
+    total_bytes: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Output bytes per second so far."""
+        return self.nbytes / self.seconds if self.seconds > 0 else 0.0
+
+
+def lazy_result(plan: Plan, progress: Callable[[StreamProgress], None] | None = None):
     """Returns the plan's result as a tree of `LazyArray`s, each computed when it is read.
 
     Kernels are compiled now (so shapes, dtypes and compile errors are known at once); no
-    input data is read until a leaf is.
+    input data is read until a leaf is. `progress`, if given, is called after each leaf is
+    computed (in the reading thread) with a `StreamProgress`.
 
     Raises:
         InspectorError: some call of the plan gives more than one array (it cannot stream).
@@ -38,6 +61,8 @@ def lazy_result(plan: Plan):
         raise InspectorError(
             f"Cannot stream {plan.op}: its kernels give more than one array per call; "
             "run it in memory instead.")
+    sizes = [int(np.prod(info.shape)) * np.dtype(info.dtype).itemsize for info in infos]
+    counter = _Counter(sizes, progress)
     placeholders = [_Marker(i) for i in range(len(plan.calls))]
     skeleton = plan.assemble(placeholders)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(skeleton)
@@ -46,7 +71,8 @@ def lazy_result(plan: Plan):
         if isinstance(leaf, _Marker):
             info = infos[leaf.i]
             name = f"{plan.op}{jax.tree_util.keystr(path)}"
-            out.append(LazyArray(info.shape, info.dtype, _reader(plan, leaf.i), source=name))
+            read = _reader(plan, leaf.i, counter)
+            out.append(LazyArray(info.shape, info.dtype, read, source=name))
         else:
             out.append(leaf)  # an input leaf the op leaves as it is (index with ':')
     return jax.tree_util.tree_unflatten(treedef, out)
@@ -61,12 +87,40 @@ class _Marker:
         self.i = i
 
 
-def _reader(plan: Plan, i: int):
+class _Counter:
+    """Counts computed leaves for a progress callback."""
+
+    def __init__(self, sizes: list[int], progress):
+        self.sizes, self.progress = sizes, progress
+        self.done = self.nbytes = 0
+        self.start = None
+        self.lock = threading.Lock()
+
+    def started(self) -> None:
+        with self.lock:
+            if self.start is None:
+                self.start = time.perf_counter()
+
+    def finished(self, i: int) -> None:
+        if self.progress is None:
+            return
+        with self.lock:
+            self.done += 1
+            self.nbytes += self.sizes[i]
+            report = StreamProgress(self.done, len(self.sizes), self.nbytes, sum(self.sizes),
+                                    time.perf_counter() - self.start)
+        self.progress(report)
+
+
+def _reader(plan: Plan, i: int, counter: _Counter):
     def read() -> np.ndarray:
+        counter.started()
         call, compiled = plan.calls[i], plan.compiled[i]
         # Arguments move to the device here, one call's worth at a time (not all in `place`).
         args = [a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a), plan.device)
                 for a in call.args]
-        return np.asarray(compiled(*args))
+        out = np.asarray(compiled(*args))
+        counter.finished(i)
+        return out
 
     return read

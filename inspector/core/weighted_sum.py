@@ -16,6 +16,7 @@ from inspector.core import placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.op import Op, register
+from inspector.core.out_buffers import output_buffer
 from inspector.core.packed import Layout, same_layout
 from inspector.core.plan import Call, Plan
 
@@ -183,7 +184,7 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
         buffers = [t.buffers[group] for t in trees]
         sharding = placement.first(buffers)
         shape = tuple(buffers[0].shape)  # layout.lead + (size,)
-        buffer = jnp.zeros(shape, out, device=device if sharding is None else sharding)
+        buffer = output_buffer(shape, out, device if sharding is None else sharding)
         key = ("weighted_sum_packed", k, shape, str(dtype), str(acc), str(out))
         weights_array = _weight_array(weights, integral, dtype)
         args = [buffer, weights_array, *buffers]

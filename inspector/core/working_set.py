@@ -9,7 +9,9 @@ lazy form (the caller still holds the lazy tree; the next use reads it again), a
 that cannot fit even alone gets `None`, so the caller streams instead of running out of memory.
 
 The budget is shared by every working set in the process (one per app session): a server with
-ten sessions holds at most one budget's worth, evicting across sessions, oldest use first.
+ten sessions holds at most one budget's worth, evicting across sessions, oldest use first. A
+tree several sessions hold (the launcher's checkpoints, one object in every session) is held
+once, counted once, and freed when the last of them lets go.
 """
 
 from __future__ import annotations
@@ -28,36 +30,46 @@ from inspector.core.devices import device_name, resolve_device
 from inspector.core.lazy import read_ahead
 from inspector.core.packed import PackedTree, plan_layout
 
-DEFAULT_FRACTION = 0.6
-"""The default budget: this fraction of the memory free (on the device) when first needed."""
+DEFAULT_FRACTION = 0.75
+"""The default budget: this fraction of (memory free now + what working sets hold), read anew
+each time it is needed, so it follows the machine (other programs starting or ending)."""
 
 _STAGING_BYTES = 64 * 2**20  # host bytes in flight while a tree is read onto its device
 
 _LOCK = threading.RLock()
-_SETS: weakref.WeakSet[WorkingSet] = weakref.WeakSet()
+_ENTRIES: dict[tuple, _Entry] = {}  # (id(tree), device) -> the one held copy of that tree
+_HOLDERS: dict[int, dict[str, _Entry]] = {}  # id(WorkingSet) -> its names -> entries
 _BUDGET: dict[str, int | None] = {"bytes": None}
 
 
 def budget() -> int:
-    """Returns the process-wide budget in bytes (default: a fraction of free memory now)."""
+    """Returns the process-wide budget in bytes: the one set with `set_budget`, else
+    `DEFAULT_FRACTION` of the memory free on the default device now plus what is held."""
     with _LOCK:
-        if _BUDGET["bytes"] is None:
-            free = memory.device_available(resolve_device(None))
-            _BUDGET["bytes"] = int(DEFAULT_FRACTION * (free + held_bytes()))
-        return _BUDGET["bytes"]
+        if _BUDGET["bytes"] is not None:
+            return _BUDGET["bytes"]
+        held = held_bytes()
+    free = memory.device_available(resolve_device(None))
+    return int(DEFAULT_FRACTION * (free + held))
+
+
+def budget_is_set() -> bool:
+    """Whether the budget was set (`set_budget`) rather than following free memory."""
+    return _BUDGET["bytes"] is not None
 
 
 def set_budget(nbytes: int | None) -> None:
-    """Sets the process-wide budget in bytes (None: back to the default); evicts to fit it."""
+    """Sets the process-wide budget in bytes (None: follow free memory again); evicts to fit."""
     with _LOCK:
         _BUDGET["bytes"] = None if nbytes is None else int(nbytes)
         _evict_until(budget(), keep=set())
 
 
 def held_bytes() -> int:
-    """Returns the bytes every working set in the process holds now."""
+    """Returns the bytes every working set in the process holds now (a tree shared by several
+    sessions counted once)."""
     with _LOCK:
-        return sum(h.nbytes for ws in list(_SETS) for h in ws._entries.values())
+        return sum(e.nbytes for e in _ENTRIES.values())
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ class Holding:
         where: "host" (a CPU device: the buffers are host RAM) or "device".
         nbytes: the bytes its buffers take.
         last_used: `time.monotonic()` of its last use (eviction takes the oldest first).
+        shared: how many working sets (sessions) hold this very copy (1: only this one).
     """
 
     name: str
@@ -77,48 +90,63 @@ class Holding:
     where: str
     nbytes: int
     last_used: float
+    shared: int = 1
 
 
 class _Entry:
-    __slots__ = ("source", "packed", "device", "nbytes", "last_used")
+    """One tree read onto one device, shared by every working set that holds that tree.
 
-    def __init__(self, source, packed: PackedTree, device, nbytes: int):
-        self.source = weakref.ref(source) if _weakrefable(source) else (lambda s=source: s)
-        self.packed = packed
+    The entry keeps its source tree alive, so `id(source)` in its key is never reused while
+    it is held; it is dropped when its last holder releases it, or evicted for all of them.
+    """
+
+    __slots__ = ("source", "packed", "device", "nbytes", "last_used", "holders", "ready",
+                 "error")
+
+    def __init__(self, source, device, nbytes: int):
+        self.source = source
+        self.packed: PackedTree | None = None
         self.device = device
         self.nbytes = nbytes
         self.last_used = time.monotonic()
+        self.holders: set[int] = set()
+        self.ready = threading.Event()  # set once read (or failed: `error`)
+        self.error: BaseException | None = None
 
-
-def _weakrefable(x) -> bool:
-    try:
-        weakref.ref(x)
-        return True
-    except TypeError:
-        return False
+    @property
+    def key(self) -> tuple:
+        return (id(self.source), self.device)
 
 
 class WorkingSet:
     """The trees one session (or one script) holds packed on devices, by name.
+
+    Sessions that hold the same tree object (the launcher's checkpoints are one object shared
+    by every session) share one copy: it is read once and freed when the last of them releases
+    it (or closes), or when the budget evicts it.
 
     >>> ws = WorkingSet()
     >>> tree = {"w": np.arange(4, dtype=np.float32)}
     >>> held = ws.hold({"a": tree})
     >>> held["a"].unpack()["w"].tolist(), [h.name for h in ws.holdings()]
     ([0.0, 1.0, 2.0, 3.0], ['a'])
-    >>> ws.hold({"a": tree})["a"] is held["a"]   # read once, reused
+    >>> other = WorkingSet()
+    >>> other.hold({"same": tree})["same"] is held["a"]   # read once, shared
     True
-    >>> ws.close(); ws.holdings()
-    []
+    >>> ws.close(); other.close(); ws.holdings(), held_bytes()
+    ([], 0)
     """
 
     def __init__(self):
-        self._entries: dict[str, _Entry] = {}
         with _LOCK:
-            _SETS.add(self)
+            self._names: dict[str, _Entry] = {}
+            _HOLDERS[id(self)] = self._names
+        # A working set dropped without close() lets go of its trees when collected.
+        weakref.finalize(self, _forget_holder, id(self))
 
     def hold(self, trees: dict, device=None, extra_bytes: int = 0) -> dict | None:
-        """Returns `{name: PackedTree on device}` for `trees`, reading each only if not held.
+        """Returns `{name: PackedTree on device}` for `trees`, reading each only if not held
+        (by this working set or any other).
 
         All of them are held at once (an op needs its inputs together), plus `extra_bytes`
         (the op's output) within the budget: other trees, least recently used first and in any
@@ -132,34 +160,63 @@ class WorkingSet:
         """
         device = resolve_device(device)
         with _LOCK:
+            entries: dict[str, _Entry] = {}
+            fresh: dict[tuple, _Entry] = {}
             needed = extra_bytes
-            fresh = {}
             for name, tree in trees.items():
-                entry = self._entries.get(name)
-                if entry is not None and entry.source() is tree and entry.device == device:
-                    continue
-                fresh[name] = tree
-                needed += _nbytes(tree)
-            held_here = sum(self._entries[n].nbytes for n in trees if n in self._entries
-                            and n not in fresh)
-            if held_here + needed > budget():
+                key = (id(tree), device)
+                entry = _ENTRIES.get(key) or fresh.get(key)
+                if entry is None:
+                    entry = fresh[key] = _Entry(tree, device, _nbytes(tree))
+                    needed += entry.nbytes
+                entries[name] = entry
+            shared = sum(e.nbytes for e in set(entries.values()) if e.key not in fresh)
+            if shared + needed > budget():
                 return None
-            for name in fresh:  # stale copies (another device, a reloaded tree)
-                self._entries.pop(name, None)
-            _evict_until(budget() - needed, keep={(id(self), n) for n in trees})
-            for name, tree in fresh.items():
-                packed = read_packed(tree, device)
-                self._entries[name] = _Entry(tree, packed, device, packed.nbytes)
-            now = time.monotonic()
-            for name in trees:
-                self._entries[name].last_used = now
-            return {name: self._entries[name].packed for name in trees}
+            keep = {e.key for e in entries.values()}
+            _evict_until(budget() - needed, keep=keep)
+            for entry in fresh.values():
+                _ENTRIES[entry.key] = entry
+            for name, entry in entries.items():
+                self._attach(name, entry)
+                entry.last_used = time.monotonic()
+        # Read outside the lock: other sessions (and the page showing what is held) go on;
+        # a session wanting a tree being read waits for that read instead of reading it twice.
+        for entry in fresh.values():
+            try:
+                entry.packed = read_packed(entry.source, device)
+            except BaseException as exc:
+                entry.error = exc
+                with _LOCK:
+                    _drop(entry)
+                raise
+            finally:
+                entry.ready.set()
+                with _LOCK:
+                    if not entry.holders:  # every holder closed while it was read
+                        _drop(entry)
+        out = {}
+        for name, entry in entries.items():
+            entry.ready.wait()
+            if entry.error is not None:
+                raise entry.error
+            out[name] = entry.packed
+        return out
+
+    def _attach(self, name: str, entry: _Entry) -> None:
+        old = self._names.get(name)
+        if old is entry:
+            return
+        if old is not None:  # a stale copy (another device, a reloaded tree)
+            _release(id(self), old)
+        self._names[name] = entry
+        entry.holders.add(id(self))
 
     def get(self, name: str) -> PackedTree | None:
         """Returns the packed tree held under `name` (marking it used), or None."""
         with _LOCK:
-            entry = self._entries.get(name)
-            if entry is None:
+            entry = self._names.get(name)
+            if entry is None or entry.packed is None:
                 return None
             entry.last_used = time.monotonic()
             return entry.packed
@@ -168,27 +225,52 @@ class WorkingSet:
         """Returns what this working set holds, by name, most recently used first."""
         with _LOCK:
             out = [Holding(n, device_name(e.device), "host" if e.device.platform == "cpu"
-                           else "device", e.nbytes, e.last_used) for n, e in self._entries.items()]
+                           else "device", e.nbytes, e.last_used, len(e.holders))
+                   for n, e in self._names.items() if e.packed is not None]
         return sorted(out, key=lambda h: -h.last_used)
 
     @property
     def nbytes(self) -> int:
-        """The bytes this working set holds."""
+        """The bytes this working set holds (shared trees included)."""
         with _LOCK:
-            return sum(e.nbytes for e in self._entries.values())
+            return sum(e.nbytes for e in self._names.values())
 
     def release(self, *names: str) -> None:
-        """Drops the named trees (all of them when no name is given) back to their lazy form."""
+        """Lets go of the named trees (all of them when no name is given): each goes back to
+        its lazy form once no other working set holds it."""
         with _LOCK:
-            for name in names or list(self._entries):
-                self._entries.pop(name, None)
+            for name in names or list(self._names):
+                entry = self._names.pop(name, None)
+                if entry is not None:
+                    _release(id(self), entry)
 
     def close(self) -> None:
-        """Drops everything and gives freed memory back to the OS (a session ending)."""
+        """Lets go of everything and gives freed memory back to the OS (a session ending)."""
         self.release()
-        with _LOCK:
-            _SETS.discard(self)
         memory.give_back()
+
+
+def _release(holder: int, entry: _Entry) -> None:
+    entry.holders.discard(holder)
+    if not entry.holders and entry.ready.is_set():
+        _drop(entry)
+
+
+def _drop(entry: _Entry) -> None:
+    """Forgets `entry` everywhere (under `_LOCK`)."""
+    if _ENTRIES.get(entry.key) is entry:
+        del _ENTRIES[entry.key]
+    for holder in entry.holders:
+        names = _HOLDERS.get(holder, {})
+        for name in [n for n, e in names.items() if e is entry]:
+            del names[name]
+    entry.holders.clear()
+
+
+def _forget_holder(holder: int) -> None:
+    with _LOCK:
+        for entry in list(_HOLDERS.pop(holder, {}).values()):
+            _release(holder, entry)
 
 
 def _nbytes(tree) -> int:
@@ -200,15 +282,16 @@ def _nbytes(tree) -> int:
 
 
 def _evict_until(limit: int, keep: set) -> None:
-    """Drops least recently used trees of every working set until at most `limit` is held."""
-    entries = [(e.last_used, ws, name, e) for ws in list(_SETS)
-               for name, e in ws._entries.items() if (id(ws), name) not in keep]
+    """Drops least recently used trees (every session's) until at most `limit` is held;
+    trees being read and those keyed in `keep` stay."""
     held = held_bytes()
     evicted = False
-    for _, ws, name, e in sorted(entries, key=lambda t: t[0]):
+    for e in sorted(_ENTRIES.values(), key=lambda e: e.last_used):
         if held <= limit:
             break
-        ws._entries.pop(name, None)
+        if e.key in keep or not e.ready.is_set():
+            continue
+        _drop(e)
         held -= e.nbytes
         evicted = True
     if evicted:

@@ -148,12 +148,33 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         # The browser session ended: release its working set, result and trees at once.
         pn.state.on_session_destroyed(lambda context: state.close())
+        expire_when_closed(pn.state.curdoc)
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320)
     page.inspector = app  # for tests and the benchmark: the views of this session
     return page
 
 
 UNUSED_SESSION_LIFETIME_MS = 120_000
+CHECK_UNUSED_SESSIONS_MS = 1_000
+
+
+def expire_when_closed(doc) -> None:
+    """Has Bokeh destroy this session soon after its page closes (its websocket is lost).
+
+    Bokeh destroys a session once it has had no connection for `unused_session_lifetime`
+    (two minutes here, so that pages still loading on a busy server are not dropped), checked
+    every `check_unused_sessions` ms: a closed page would hold its memory that long. A session
+    whose connection was lost asks for expiration instead (`ServerSession.request_expiration`),
+    which the next check (every second) honours if no connection came back meanwhile.
+    """
+    context = doc.session_context
+
+    def lost(event):
+        session = getattr(context, "session", None)
+        if session is not None:
+            session.request_expiration()
+
+    doc.on_event("connection_lost", lost)
 
 
 def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port: int = 0,
@@ -199,6 +220,8 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
     # with many sessions arriving at once, documents are built one after another on the event
     # loop and a late page would stay blank. Two minutes covers 20 arrivals on 2 busy cores.
     kwargs.setdefault("unused_session_lifetime_milliseconds", UNUSED_SESSION_LIFETIME_MS)
+    # Closed pages ask for expiration (`expire_when_closed`); look for them every second.
+    kwargs.setdefault("check_unused_sessions_milliseconds", CHECK_UNUSED_SESSIONS_MS)
     server = pn.serve({"inspector": session}, address=address, port=port, show=False,
                       start=False, verbose=False, websocket_origin=list(origins), title=TITLE,
                       **kwargs)  # Ctrl+C stops it: pn.serve handles SIGINT

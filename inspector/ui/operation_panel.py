@@ -43,6 +43,7 @@ class OperationPanel(pn.viewable.Viewer):
         self.progress = pmui.LinearProgress(variant="indeterminate", visible=state.param.busy,
                                             sizing_mode="stretch_width", margin=(0, 10))
         self.status = pmui.Typography(state.param.status, variant="caption", margin=(0, 10))
+        state.param.watch(self._update_progress, "progress")
         state.param.watch(self._update_preview, ["preview", "form_error"])
         state.param.watch(self._update_tab, "op")
         self._update_preview()
@@ -71,6 +72,13 @@ class OperationPanel(pn.viewable.Viewer):
         active = self._ops.index(self._state.op)
         if self.tabs.active != active:
             self.tabs.active = active
+
+    def _update_progress(self, event):
+        # Determinate while the work can tell how far it is (a streamed run), else indeterminate.
+        if event.new is None:
+            self.progress.param.update(variant="indeterminate", value=0)
+        else:
+            self.progress.param.update(variant="determinate", value=event.new)
 
     def _update_preview(self, *_):
         state = self._state

@@ -8,11 +8,13 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.core import working_set
+from inspector.ui.session.formatting import human_bytes
 
 
 class WorkingSetView(pn.viewable.Viewer):
-    """The trees this session holds packed (read once, reused by every op), where and how big,
-    against the process-wide memory budget, which can be changed here (in GB)."""
+    """The trees this session holds packed (read once, reused by every op, shared with other
+    sessions that opened the same files), where and how big, against the process-wide memory
+    budget (by default a fraction of the memory free now), which can be set here (in GB)."""
 
     def __init__(self, state, **params):
         super().__init__(**params)
@@ -35,12 +37,15 @@ class WorkingSetView(pn.viewable.Viewer):
     @property
     def text(self) -> str:
         """The panel as plain text, one line per tree, then the totals."""
-        lines = [f"{h.name}: {h.where} ({h.device}), {h.nbytes / 1e9:.2f} GB"
+        lines = [f"{h.name}: {h.where} ({h.device}), {human_bytes(h.nbytes)}"
+                 + (f", shared with {h.shared - 1} other session{'s' * (h.shared > 2)}"
+                    if h.shared > 1 else "")
                  for h in self._state.held]
         if not lines:
             lines = ["Nothing held: trees are read when an operation needs them."]
-        lines.append(f"held by all sessions: {working_set.held_bytes() / 1e9:.2f} GB of "
-                     f"{working_set.budget() / 1e9:.2f} GB")
+        how = "set" if working_set.budget_is_set() else "follows the free memory"
+        lines.append(f"held by all sessions: {human_bytes(working_set.held_bytes())} of "
+                     f"{human_bytes(working_set.budget())} ({how})")
         return "\n".join(lines)
 
     def _update(self, *_):

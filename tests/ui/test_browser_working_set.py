@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 from playwright.sync_api import expect
@@ -84,3 +85,45 @@ def test_two_checkpoints_preselected_a_typed_weight_updates_the_status(browser, 
         assert "a.safetensors: host (cpu:0)" in held and "b.safetensors: host (cpu:0)" in held
     finally:
         context.close()
+
+
+def open_and_run(browser, url: str):
+    """A new session on `url` that ran the preselected weighted sum; returns (context, page)."""
+    context = browser.new_context(viewport={"width": 1680, "height": 1050})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    page.goto(url, timeout=180_000)
+    status = page.locator('[role="status"].run-status')
+    page.get_by_role("button", name="Run the current operation.").click()
+    expect(status).to_have_text(re.compile(r"weighted_sum finished in [0-9.]+ ms"))
+    return context, page
+
+
+def held_text(browser, url: str) -> str:
+    """The working-set panel of a fresh session (what every session holds, as it opens)."""
+    context = browser.new_context(viewport={"width": 1680, "height": 1050})
+    try:
+        page = context.new_page()
+        page.goto(url, timeout=180_000)
+        return page.locator(".working-set").inner_text(timeout=120_000)
+    finally:
+        context.close()
+
+
+def test_sessions_share_the_checkpoints_and_a_closed_session_frees_them_soon(browser, launched):
+    first, _ = open_and_run(browser, launched)
+    second, page = open_and_run(browser, launched)
+    try:
+        held = page.locator(".working-set").inner_text()
+        nbytes = sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(checkpoint(0)))
+        size = f"{nbytes / 1024:.3g} KiB"
+        assert f"a.safetensors: host (cpu:0), {size}, shared with 1 other session" in held
+        assert f"held by all sessions: {2 * nbytes / 1024:.3g} KiB of" in held  # once, not 4x
+    finally:
+        first.close()
+        second.close()
+    closed = time.monotonic()
+    # Bokeh keeps a session without a connection for two minutes (pages still loading); a
+    # closed page asks for its expiration instead, honoured within a second or two.
+    while "held by all sessions: 0 B of" not in (text := held_text(browser, launched)):
+        assert time.monotonic() - closed < 30, text

@@ -5,7 +5,12 @@ The session's loaded trees stay lazy until an op needs them; then `HeldRuns` ask
 weight change included), runs the op ONCE and hands the result to the page; the timed repeats
 follow as separate work that the next change cancels (`generation`). Inputs and output that do
 not fit the memory budget are not read at all: a weighted sum then streams into a file
-(`inspector.weighted_sum(..., out=)`) and its result opens lazily.
+(`inspector.weighted_sum(..., out=)`, its progress reported) and its result opens lazily.
+
+A re-run (a weight change) and each timed repeat write their output into the buffers of the
+result they replace (`out_buffers.donating`): one output's worth of memory, whatever the number
+of runs, and no fresh pages to fault in. A repeat puts its buffers back into the result the
+page shows (same values), so that result stays readable.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ import dataclasses
 import os
 import tempfile
 import threading
+import time
 
 import inspector
+from inspector.core import working_set
+from inspector.core.out_buffers import donating
 from inspector.core.packed import PackedTree
 from inspector.core.working_set import WorkingSet
 
@@ -38,6 +46,18 @@ def _holdable(tree) -> bool:
         for x, is_lazy in zip(leaves, lazy, strict=True))
 
 
+def _address(buffer):
+    """Where a buffer's memory is (two array objects can share it: a device_put no-op)."""
+    try:
+        return buffer.unsafe_buffer_pointer()
+    except Exception:  # several shards, or not a JAX array
+        return id(buffer)
+
+
+def _flat(args) -> list:
+    return [a for arg in args for a in (arg if isinstance(arg, list | tuple) else [arg])]
+
+
 def _output_bytes(op: str, inputs: list) -> int:
     sizes = [inspector.describe(t)[0].nbytes for t in inputs]
     return sum(sizes) if op == "stack" else max(sizes, default=0)
@@ -51,6 +71,7 @@ class HeldRuns:
         self._generation = 0
         self._lock = threading.Lock()
         self.streamed_dir = None
+        self._last = None  # the last result (packed), whose buffers the next run may reuse
 
     def new_generation(self) -> int:
         """Marks a new run: timed repeats of older runs stop at their next repeat."""
@@ -61,21 +82,36 @@ class HeldRuns:
     def current(self, generation: int) -> bool:
         return generation == self._generation
 
-    def args_for(self, job, trees: dict, device):
+    def pin(self, result) -> None:
+        """Keeps `result`'s buffers from being reused by later runs (it was kept as a tree)."""
+        if self._last is result:
+            self._last = None
+
+    def _reusable(self, inputs: tuple) -> list:
+        """The last result's buffers that a new output may take (none that is an input)."""
+        if not isinstance(self._last, PackedTree):
+            return []
+        used = {_address(b) for a in _flat(inputs) if isinstance(a, PackedTree)
+                for b in a.buffers.values()}
+        return [b for b in self._last.buffers.values() if _address(b) not in used]
+
+    def args_for(self, job, trees: dict, device, reused: int = 0):
         """Returns `(args, streamed)`: the job's arguments with each loaded tree replaced by its
-        working-set copy, or `(None, True)` when they do not fit the budget.
+        working-set copy, or `(None, True)` when they do not fit the budget (with the output,
+        less the `reused` bytes of an earlier result it is written into).
 
         Checkpoints (lazy leaves) and packed trees are held; other trees (sharded over a mesh,
         or with non-array leaves) are passed as they are.
         """
-        flat = [a for arg in job.args for a in (arg if isinstance(arg, list | tuple) else [arg])]
+        flat = _flat(job.args)
         ids = {id(a) for a in flat}
         by_id = {id(t.tree): n for n, t in trees.items() if id(t.tree) in ids and _holdable(t.tree)}
         if not by_id:
             return job.args, False
         inputs = [trees[n].tree for n in by_id.values()]
+        extra = max(0, _output_bytes(job.op, inputs) - reused)
         held = self.working.hold({n: trees[n].tree for n in by_id.values()}, device,
-                                 extra_bytes=_output_bytes(job.op, inputs))
+                                 extra_bytes=extra)
         if held is None:
             return None, True
 
@@ -88,13 +124,28 @@ class HeldRuns:
 
         return tuple(swap(a) for a in job.args), False
 
-    def run_once(self, job, trees: dict, device):
-        """Runs the job once on its held inputs and returns its `RunResult` (too big for the
-        budget, a weighted sum is streamed into a file and its result opens lazily)."""
-        args, streamed = self.args_for(job, trees, device)
+    def _execute(self, job, trees: dict, device):
+        """`(RunResult, donated)`: one execution on the held inputs, its output written into
+        the last result's buffers where they fit; `(None, False)` if it must stream."""
+        reusable = self._reusable(job.args)
+        args, streamed = self.args_for(job, trees, device,
+                                       reused=sum(b.nbytes for b in reusable))
         if streamed:
-            return self._streamed(job, device)
-        return inspector.run(job.fn, *args, device=device, repeats=1, warmup=0)
+            return None, False
+        reusable = self._reusable(args)  # not one of the held inputs either
+        with donating(reusable):
+            rr = inspector.run(job.fn, *args, device=device, repeats=1, warmup=0)
+        return rr, any(b.is_deleted() for b in reusable)
+
+    def run_once(self, job, trees: dict, device, progress=None):
+        """Runs the job once on its held inputs and returns its `RunResult` (too big for the
+        budget, a weighted sum is streamed into a file, reporting to `progress`, and its
+        result opens lazily)."""
+        rr, _ = self._execute(job, trees, device)
+        if rr is None:
+            rr = self._streamed(job, device, progress)
+        self._last = rr.result if isinstance(rr.result, PackedTree) else None
+        return rr
 
     def repeat(self, job, trees: dict, device, repeats: int, generation: int,
                first) -> object:
@@ -102,31 +153,31 @@ class HeldRuns:
         time; raises `Cancelled` once a newer run started."""
         if first.cost.get("streamed"):
             return first
-        args, streamed = self.args_for(job, trees, device)
-        if streamed:
-            return first
         times = []
         for _ in range(repeats):
             if not self.current(generation):
                 raise Cancelled
-            rr = inspector.run(job.fn, *args, device=device, repeats=1, warmup=0)
+            rr, donated = self._execute(job, trees, device)
+            if rr is None:
+                return first
             times.extend(rr.times)
+            if donated:  # the shown result's buffers now hold this run's (equal) output
+                first.result.buffers.update(rr.result.buffers)
         return dataclasses.replace(first, times=tuple(times))
 
-    def _streamed(self, job, device):
+    def _streamed(self, job, device, progress=None):
         if job.op != "weighted_sum":
             raise inspector.InspectorError(
                 f"{job.op} needs more memory than the budget allows "
-                f"({inspector.core.working_set.budget() / 1e9:.1f} GB): raise the budget in "
+                f"({working_set.budget() / 1e9:.1f} GB): raise the budget in "
                 "the sidebar, or run it from Python.")
         if self.streamed_dir is None:
             self.streamed_dir = tempfile.mkdtemp(prefix="inspector-streamed-")
         trees, weights = job.args
         path = os.path.join(self.streamed_dir, f"result_{self._generation}.safetensors")
-        import time
-
         start = time.perf_counter()
-        result = inspector.weighted_sum(trees, weights, device=device, out=path)
+        result = inspector.weighted_sum(trees, weights, device=device, out=path,
+                                        progress=progress)
         seconds = time.perf_counter() - start
         nbytes = inspector.describe(result)[0].nbytes
         return inspector.RunResult(
@@ -142,6 +193,7 @@ class HeldRuns:
     def close(self) -> None:
         """Releases the working set and any streamed results (a session ending)."""
         self.new_generation()
+        self._last = None
         self.working.close()
         if self.streamed_dir:
             import shutil

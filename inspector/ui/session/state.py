@@ -88,6 +88,9 @@ class InspectorState(param.Parameterized):
     error = param.String(default="", doc="The last failure, whole ('' after a success).")
     busy = param.Boolean(default=False, doc="Whether work is running for this session.")
     status = param.String(default="", doc="What the running work is doing.")
+    progress = param.Number(default=None, allow_None=True, bounds=(0, 100), doc="How far the "
+                            "running work has got, in percent (a run streamed into a file: "
+                            "leaves written), or None when it cannot tell.")
     run_status = param.String(default="", doc="The last finished run, announced to screen "
                               "readers (`weighted_sum finished in 12.3 ms on cpu:0`).")
     held = param.List(default=[], doc="What this session's working set holds (`Holding`s: "
@@ -286,6 +289,21 @@ class InspectorState(param.Parameterized):
         self.status = (f"Reading {progress.source}: {human_bytes(progress.done)} / "
                        f"{human_bytes(progress.total)}, {human_bytes(progress.rate)}/s")
 
+    def stream_progress(self, progress) -> None:
+        """Shows how far a run streamed into a file has got (leaves written / total, rate) as
+        the status and the progress bar; called by the running thread, at most every 0.2 s."""
+        from inspector.ui.session.formatting import human_bytes
+
+        now = time.monotonic()
+        if progress.done < progress.total and now - self._progress_shown < 0.2:
+            return
+        self._progress_shown = now
+        self.param.update(
+            progress=100.0 * progress.done / max(progress.total, 1),
+            status=f"Writing the result to a file (larger than the memory budget): "
+                   f"{progress.done} / {progress.total} leaves, "
+                   f"{human_bytes(progress.rate)}/s")
+
     def open_upload(self, filename: str, data) -> None:
         """Loads an uploaded checkpoint (bytes, or the temporary file `UploadInput` received),
         named by its file name, off the event loop."""
@@ -434,6 +452,7 @@ class InspectorState(param.Parameterized):
 
     @param.depends("run", watch=True)
     def _on_run(self):
+        self.runs.new_generation()  # timed repeats running now stop at their next execution
         self._submit(self._run_task, coalesce="run")
 
     def _run_task(self):
@@ -445,7 +464,7 @@ class InspectorState(param.Parameterized):
         def work():
             # Once, on the working set (read once, then reused): the page shows this result
             # now; the timed repeats follow as their own work (`_repeat_task`).
-            rr = self.runs.run_once(job, loaded, device)
+            rr = self.runs.run_once(job, loaded, device, progress=self.stream_progress)
             index_for(rr.result)  # describe the result here, off the event loop
             eager_s = diff = None
             if eager and job.eager is not None:  # merges have no eager reference
@@ -509,8 +528,15 @@ class InspectorState(param.Parameterized):
             return
         self._kept += 1
         base = f"{rr.op}_{self._kept}"
+        self.runs.pin(rr.result)  # a loaded tree now: later runs must not write into it
 
         def work():
+            buffers = rr.result.buffers.values() if isinstance(rr.result, inspector.PackedTree) \
+                else ()
+            if any(getattr(b, "is_deleted", lambda: False)() for b in buffers):
+                raise inspector.InspectorError(
+                    "The result was replaced by a newer run before it could be kept: keep the "
+                    "result shown now.")
             if rr.op == "unstack":
                 return [prepare(f"{base}[{i}]", t, f"result of {label}[{i}]")
                         for i, t in enumerate(rr.result)]
@@ -552,12 +578,12 @@ class InspectorState(param.Parameterized):
             except Exception as exc:  # bad settings: say why, keep everything else
                 self.error = error_text(exc, self.file_root)
                 continue
-            self.param.update(busy=True, status=status)
+            self.param.update(busy=True, status=status, progress=None)
             if self.background:
                 param.parameterized.async_executor(lambda w=work, d=done: self._in_thread(w, d))
                 return
             self._complete(done, *_call(work))
-        self.param.update(busy=False, status="")
+        self.param.update(busy=False, status="", progress=None)
 
     async def _in_thread(self, work, done):
         # Runs on the session's event loop without the document lock (Panel's default for
