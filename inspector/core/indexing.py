@@ -8,8 +8,6 @@ leaf's shape first.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -199,22 +197,16 @@ def _pair(index_tree, tree, path: str, out: list, mismatches: list, depth: int =
         _pair(child, by_key[key], path + key, out, mismatches, depth + 1)
 
 
-def plan_index(tree, index_tree, device=None) -> Plan:
-    """Validates the index against every leaf's shape and returns the `Plan` that applies it.
+def index_pairs(index_tree, source) -> list[tuple]:
+    """Returns `(path, index, subtree)` for each index in `index_tree` (strings parsed), after
+    checking that `index_tree` is a prefix of `source` and every string parses.
 
     Raises:
-        StructureMismatchError: `index_tree` is not a prefix of `tree` (every such path listed).
-        IndexParseError: an index string cannot be parsed (its path is named).
-        IndexOutOfRangeError / InspectorError: an index does not fit a leaf (every leaf listed).
+        StructureMismatchError: `index_tree` is not a prefix of `source` (every place listed).
+        IndexParseError: index strings cannot be parsed (each path named).
     """
-    device = resolve_device(device)
     pairs: list = []
     mismatches: list[str] = []
-    # A packed tree with leading buffer axes is validated on its structure (no leaf sliced);
-    # an index on those axes alone is then one kernel per dtype (`_packed_plan`).
-    packed = tree if isinstance(tree, PackedTree) and tree.layout.lead else None
-    source = packed.structure() if packed else unpacked(tree)
-    nodes.flatten(source)  # a cyclic or too deep tree fails here, with its key path
     try:
         _pair(index_tree, source, "", pairs, mismatches)
     except nodes.DepthExceeded:
@@ -227,25 +219,58 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             "(':' keeps a subtree whole, None keeps it too)."
         )
     # Parse every string once, reporting every bad one.
-    parsed, parse_errors = {}, []
-    for path, idx, _ in pairs:
+    out, parse_errors = [], []
+    for path, idx, subtree in pairs:
         if isinstance(idx, str):
             try:
-                parsed[path] = parse_index(idx)
+                idx = parse_index(idx)
             except IndexParseError as e:
                 parse_errors.append(f"{path or '(root)'}: {str(e).splitlines()[0]}")
+        out.append((path, idx, subtree))
     if parse_errors:
         raise IndexParseError(
             f"Cannot parse {len(parse_errors)} index "
             f"{'string' if len(parse_errors) == 1 else 'strings'}.\n" + bullet_list(parse_errors)
         )
+    return out
+
+
+def raise_misfits(problems: list[str], kinds: set) -> None:
+    """Raises the error for leaves an index does not fit (each line starts with a key path)."""
+    error = IndexOutOfRangeError if kinds == {IndexOutOfRangeError} else InspectorError
+    raise error(
+        f"Cannot index the tree: {len(problems)} "
+        f"{'leaf does' if len(problems) == 1 else 'leaves do'} not fit the index.\n"
+        + bullet_list(problems)
+        + "\nFix those indices (JAX would clamp them silently), or use ':' to keep a leaf."
+    )
+
+
+def plan_index(tree, index_tree, device=None) -> Plan:
+    """Validates the index against every leaf's shape and returns the `Plan` that applies it.
+
+    Raises:
+        StructureMismatchError: `index_tree` is not a prefix of `tree` (every such path listed).
+        IndexParseError: an index string cannot be parsed (its path is named).
+        IndexOutOfRangeError / InspectorError: an index does not fit a leaf (every leaf listed).
+    """
+    device = resolve_device(device)
+    if isinstance(tree, PackedTree) and tree.layout.lead:
+        # An index on the leading buffer axes alone is one kernel per dtype, planned once
+        # per (layout, index); one reaching inside the leaves goes leaf by leaf. (Imported
+        # here: packed_index builds on this module's index rules.)
+        from inspector.core.packed_index import plan_packed_index
+
+        plan = plan_packed_index(tree, index_tree, device)
+        return plan if plan is not None else plan_index(tree.unpack(), index_tree, device)
+    source = unpacked(tree)
+    nodes.flatten(source)  # a cyclic or too deep tree fails here, with its key path
+    pairs = index_pairs(index_tree, source)
     calls: list[Call] = []
     leaf_slots: dict[str, int | None] = {}  # leaf path -> position in calls (None: unchanged)
     problems, kinds = [], set()
     read = written = 0
-    found: dict[str, tuple] = {}  # leaf path -> (pattern, starts, which pair)
-    for pair_id, (path, idx, subtree) in enumerate(pairs):
-        idx = parsed.get(path, idx)
+    for path, idx, subtree in pairs:
         for leaf_path, leaf in nodes.flatten(subtree, with_path=True)[0]:
             full = path + jax.tree_util.keystr(leaf_path)
             shape, dtype, nbytes, _ = leaf_info(leaf)
@@ -258,8 +283,7 @@ def plan_index(tree, index_tree, device=None) -> Plan:
                 kinds.add(type(e))
                 problems.append(f"{full}: {e}")
                 continue
-            found[full] = (pattern, starts, pair_id)
-            if packed or all(p[0] == "f" for p in pattern):
+            if all(p[0] == "f" for p in pattern):
                 leaf_slots[full] = None
                 continue
             array = leaf if hasattr(leaf, "shape") else np.asarray(leaf, dtype=dtype)
@@ -278,17 +302,7 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             read += out_bytes  # a slice reads only what it keeps
             written += out_bytes
     if problems:
-        error = IndexOutOfRangeError if kinds == {IndexOutOfRangeError} else InspectorError
-        raise error(
-            f"Cannot index the tree: {len(problems)} "
-            f"{'leaf does' if len(problems) == 1 else 'leaves do'} not fit the index.\n"
-            + bullet_list(problems)
-            + "\nFix those indices (JAX would clamp them silently), or use ':' to keep a leaf."
-        )
-    if packed:
-        plan = _packed_plan(packed, found, device)
-        # An index reaching inside the leaves (or kept whole in places) goes leaf by leaf.
-        return plan if plan is not None else plan_index(packed.unpack(), index_tree, device)
+        raise_misfits(problems, kinds)
 
     def assemble(outputs):
         def pick(path, leaf):
@@ -298,99 +312,6 @@ def plan_index(tree, index_tree, device=None) -> Plan:
         return jax.tree_util.tree_map_with_path(pick, source)
 
     return Plan("index", device, calls, assemble, read, written)
-
-
-def _packed_plan(tree: PackedTree, found: dict, device) -> Plan | None:
-    """One kernel per dtype for an index on the leading buffer axes only; None otherwise.
-
-    Each index-tree entry covers a subtree, whose leaves are one contiguous range of each
-    dtype's buffer: the kernel indexes each range's leading axes with its own (traced) starts
-    and concatenates them. Needs every leaf left whole beyond the leading axes and every
-    result with the same leading shape (the static patterns may differ: `:` and `::-1`).
-    """
-    layout, lead = tree.layout, tree.layout.lead
-    paths = [jax.tree_util.keystr(p)
-             for p, _ in jax.tree_util.tree_flatten_with_path(tree.structure())[0]]
-    entries = [found.get(p) for p in paths]
-    if not entries or any(e is None for e in entries):
-        return None
-    # Subtrees may index the leading axes differently (`:` here, `::-1` or `1` there) as long
-    # as every result has the same leading shape; each (subtree, pattern) gets a row of starts.
-    new_leads, rows_of = set(), {}
-    for pattern, st, pair_id in entries:
-        head = pattern[: len(lead)]
-        if any(p[0] != "f" for p in pattern[len(lead):]) or any(p[0] == "n" for p in head):
-            return None
-        new_leads.add(tuple(n if p[0] == "f" else p[1]
-                            for n, p in zip(lead, head, strict=True) if p[0] != "i"))
-        rows_of.setdefault((pair_id, head), st)
-    if len(new_leads) != 1:
-        return None
-    (new_lead,) = new_leads
-    row_ids = {key: i for i, key in enumerate(rows_of)}
-    starts = np.zeros((len(rows_of), max(1, *(len(st) for st in rows_of.values()))), np.int32)
-    for key, st in rows_of.items():
-        starts[row_ids[key], : len(st)] = st
-    ranges: dict[str, list] = {g: [] for g in layout.sizes}
-    for slot, (pattern, _, pair_id) in zip(layout.slots, entries, strict=True):
-        runs, row = ranges[slot.group], row_ids[(pair_id, pattern[: len(lead)])]
-        if runs and runs[-1][2] == row and runs[-1][1] == slot.offset:
-            runs[-1] = (runs[-1][0], slot.offset + slot.size, row, runs[-1][3])
-        else:
-            runs.append((slot.offset, slot.offset + slot.size, row, pattern[: len(lead)]))
-    one_position = {key[1] for key in rows_of} == {(("i",),)}
-    calls, nbytes = [], 0
-    for group, size in layout.sizes.items():
-        buf = tree.buffers[group]
-        dt = jax.dtypes.canonicalize_dtype(buf.dtype)
-        out = jnp.zeros((*new_lead, size), dt, device=device)
-        runs = tuple(ranges[group])
-        if len(runs) > _MAX_RUNS and one_position:
-            # Many subtrees, one position each: which row each element comes from is data
-            # (a small int per element), so the kernel compiles once whatever the index tree.
-            k = lead[0]
-            rows = np.repeat(starts[[r[2] for r in runs], 0], [r[1] - r[0] for r in runs])
-            rows = rows.astype(np.int8 if k < 128 else np.int32)
-            key = ("index_packed_rows", tuple(buf.shape), str(dt), str(rows.dtype))
-            calls.append(Call(key, lambda k=k: _rows_kernel(k), [out, buf, rows], donate=(0,),
-                              carry=True))
-            nbytes += rows.nbytes
-        else:
-            key = ("index_packed", tuple(buf.shape), str(dt), runs, starts.shape)
-            calls.append(Call(key, lambda runs=runs: _packed_kernel(runs),
-                              [out, buf, starts], donate=(0,), carry=True))
-        nbytes += math.prod(out.shape) * np.dtype(dt).itemsize
-    groups, result = list(layout.sizes), layout.with_lead(new_lead)
-
-    def assemble(outputs):
-        buffers = dict(zip(groups, outputs, strict=True))
-        return PackedTree(result, buffers).with_dtypes(buffers)
-
-    return Plan("index", device, calls, assemble, nbytes, nbytes)
-
-
-_MAX_RUNS = 16  # past this many subtree ranges per buffer, a per-element row index is used
-
-
-def _rows_kernel(k: int):
-    def kernel(out, buf, rows):
-        del out  # donated: the result is written into it
-        picked = buf[0]
-        for i in range(1, k):
-            picked = jnp.where(rows == i, buf[i], picked)
-        return picked
-
-    return kernel
-
-
-def _packed_kernel(runs):
-    def kernel(out, buf, starts):
-        del out  # donated: the result is written into it
-        pieces = [_index_kernel((*head, ("f",)))(buf[..., a:b], starts[row])
-                  for a, b, row, head in runs]
-        return pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=-1)
-
-    return kernel
 
 
 INDEX = Op("index", plan_index)

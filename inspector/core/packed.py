@@ -9,6 +9,8 @@ unpacking on the host is free.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 
@@ -50,8 +52,10 @@ class Layout:
     `pack(tree, lead_dims=1)`) keeps its model axis as the buffers' leading axis, so stack,
     unstack and an index on that axis are each one kernel per dtype, whatever the leaf count.
 
-    Hashable and cheap to compare (the hash is computed once), because it is part of every
-    compile-cache key.
+    Hashable and cheap to compare, because it is part of every compile-cache and plan-cache
+    key: the hash is computed once, and layouts are interned (`pack` of two trees of one
+    structure gives the very same `Layout` object), so comparing them is an identity check,
+    not a walk over 20,000 slots on every op.
     """
 
     treedef: jax.tree_util.PyTreeDef
@@ -70,11 +74,28 @@ class Layout:
         specs = [jax.ShapeDtypeStruct(self.lead + s.shape, np.dtype(s.dtype)) for s in self.slots]
         return self.treedef.unflatten(specs)
 
+    @cached_property
+    def ordinals(self) -> dict[int, int]:
+        """`id(leaf)` of each leaf of `structure` -> its position in flattening order (the
+        structure's leaves are distinct objects), so a walk over `structure` finds slots
+        without building key paths."""
+        return {id(x): i for i, x in enumerate(jax.tree_util.tree_leaves(self.structure))}
+
+    @cached_property
+    def _derived(self) -> dict:
+        return {}
+
     def with_lead(self, lead: tuple[int, ...], dtypes: dict | None = None) -> Layout:
-        """This layout with other leading dimensions (and group dtypes, if given)."""
-        slots = self.slots if not dtypes else tuple(
-            Slot(s.group, dtypes[s.group], s.shape, s.offset) for s in self.slots)
-        return Layout(self.treedef, slots, self.sizes, tuple(lead))
+        """This layout with other leading dimensions (and group dtypes, if given); the same
+        object for the same arguments, so ops on its results compare layouts by identity."""
+        key = (tuple(lead), tuple(sorted(dtypes.items())) if dtypes else None)
+        found = self._derived.get(key)
+        if found is None:
+            slots = self.slots if not dtypes else tuple(
+                Slot(s.group, dtypes[s.group], s.shape, s.offset) for s in self.slots)
+            found = self._derived[key] = interned(
+                Layout(self.treedef, slots, self.sizes, tuple(lead)))
+        return found
 
     @cached_property
     def _hash(self) -> int:
@@ -87,6 +108,19 @@ class Layout:
         return self is other or (
             isinstance(other, Layout) and self._hash == other._hash and self._key == other._key
         )
+
+
+_LAYOUTS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_LAYOUTS_LOCK = threading.Lock()
+
+
+def interned(layout: Layout) -> Layout:
+    """The one live `Layout` equal to `layout` (itself if there is none yet)."""
+    with _LAYOUTS_LOCK:
+        found = _LAYOUTS.get(layout._key)
+        if found is None:
+            _LAYOUTS[layout._key] = found = layout
+        return found
 
 
 class PackedTree:
@@ -281,7 +315,7 @@ def plan_layout(tree, lead_dims: int = 0) -> tuple[Layout, list]:
         offset = sizes.get(dtype, 0)
         slots.append(Slot(dtype, dtype, shape[len(lead):], offset))
         sizes[dtype] = offset + math.prod(shape[len(lead):])
-    return Layout(treedef, tuple(slots), sizes, lead), leaves
+    return interned(Layout(treedef, tuple(slots), sizes, lead)), leaves
 
 
 def _common_lead(tree, shapes: list, lead_dims: int) -> tuple[int, ...]:

@@ -167,3 +167,67 @@ def test_per_subtree_index_over_many_subtrees_compiles_once(compiles):
                 for leaf in ("w", "n"):
                     np.testing.assert_array_equal(out[key][leaf], trees[model][key][leaf])
     assert c.count == 0
+
+
+def test_packs_of_one_structure_share_one_layout_object():
+    trees = make_trees(2, [(3,), (2, 2)], [np.float32, np.int32], 3)
+    a, b = (inspector.pack(t) for t in trees)
+    assert a.layout is b.layout  # interned: ops compare layouts by identity, not 20k slots
+    assert inspector.stack([a, b]).layout is inspector.stack([b, a]).layout
+    other = inspector.pack(make_trees(1, [(4,), (2, 2)], [np.float32, np.int32], 3)[0])
+    assert other.layout != a.layout
+
+
+def test_a_cached_index_plan_never_returns_stale_values():
+    from inspector.core.packed_index import cached_recipes
+
+    index_tree = {"emb": 1, "layers": "0", "none": None}
+    first = make_trees(3, [(4, 2), (3,)], [np.float32, np.int32], 4)
+    stacked = inspector.stack([inspector.pack(t) for t in first])
+    out = inspector.index(stacked, index_tree).unpack()
+    np.testing.assert_array_equal(out["emb"], first[1]["emb"])
+    held = cached_recipes()
+    # Same layout, other data (a reloaded checkpoint): the cached plan, the new values.
+    second = make_trees(3, [(4, 2), (3,)], [np.float32, np.int32], 5)
+    restacked = inspector.stack([inspector.pack(t) for t in second])
+    assert restacked.layout is stacked.layout
+    out = inspector.index(restacked, index_tree).unpack()
+    assert cached_recipes() == held
+    np.testing.assert_array_equal(out["emb"], second[1]["emb"])
+    np.testing.assert_array_equal(out["layers"][0]["w"], second[0]["layers"][0]["w"])
+    # New buffers under the same layout (as an edit of the tree gives): their values.
+    bumped = PackedTree(restacked.layout, {g: np.asarray(b) + (g == "float32")
+                                           for g, b in restacked.buffers.items()})
+    out = inspector.index(bumped, index_tree).unpack()
+    np.testing.assert_array_equal(out["emb"], second[1]["emb"] + 1)
+    # Another structure (wider leaves): another plan, its own values.
+    third = make_trees(3, [(4, 5), (3,)], [np.float32, np.int32], 6)
+    wider = inspector.stack([inspector.pack(t) for t in third])
+    out = inspector.index(wider, index_tree).unpack()
+    assert out["emb"].shape == (4, 5)
+    np.testing.assert_array_equal(out["emb"], third[1]["emb"])
+    # A moved index is a new entry (its own checks): out of range still fails, every time.
+    for _ in range(2):
+        with pytest.raises(inspector.IndexOutOfRangeError, match=r"\['emb'\]: index 3 is out"):
+            inspector.index(wider, {"emb": 3, "layers": "0", "none": None})
+    # A slice and an int with the same start are different indices.
+    out = inspector.index(wider, {"emb": slice(1, 2), "layers": "0:1", "none": None}).unpack()
+    assert out["emb"].shape == (1, 4, 5)
+
+
+def test_per_subtree_index_pieces_cover_the_whole_output():
+    # Several subtree ranges per buffer, each from another model and pattern (reversed,
+    # stepped, single): the pieces are written in place into the donated output.
+    rng = np.random.default_rng(7)
+    trees = [{f"b{i}": rng.normal(size=(5, 3)).astype(np.float32) for i in range(6)}
+             for _ in range(4)]
+    stacked = inspector.stack([inspector.pack(t) for t in trees])
+    choice = {"b0": "1:3", "b1": "3:1:-1", "b2": "0:4:2", "b3": "2:4", "b4": "::-3", "b5": "0:2"}
+    want = {k: f64(np.stack([t[k] for t in trees]))[slice(*[
+        None if s == "" else int(s) for s in v.split(":")])] for k, v in choice.items()}
+    for _ in range(2):  # the second time from the cached plan, the output buffer reused
+        r = inspector.run(inspector.index, stacked, choice, repeats=2)
+        assert r.n_kernels == 1 and isinstance(r.result, PackedTree)
+        got = r.result.unpack()
+        for k in choice:
+            np.testing.assert_array_equal(f64(got[k]), want[k])
