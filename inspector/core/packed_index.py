@@ -30,6 +30,7 @@ from jax import lax
 from inspector.core import nodes
 from inspector.core.errors import IndexOutOfRangeError, InspectorError
 from inspector.core.indexing import _index_kernel, _normalize, index_pairs, raise_misfits
+from inspector.core.out_buffers import output_buffer
 from inspector.core.packed import Layout, PackedTree
 from inspector.core.plan import Call, Plan
 
@@ -79,7 +80,7 @@ def plan_packed_index(tree: PackedTree, index_tree, device) -> Plan | None:
         buf = tree.buffers[kernel.group]
         dt = jax.dtypes.canonicalize_dtype(buf.dtype)
         size = tree.layout.sizes[kernel.group]
-        out = jnp.zeros((*recipe.new_lead, size), dt, device=device)
+        out = output_buffer((*recipe.new_lead, size), dt, device)
         if kernel.rows is not None:
             k = tree.layout.lead[0]
             call = Call(("index_packed_rows", tuple(buf.shape), str(dt), str(kernel.rows.dtype)),

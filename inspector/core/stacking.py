@@ -17,6 +17,7 @@ from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, StructureMismatchError, bullet_list
 from inspector.core.leaves import leaf_info
 from inspector.core.op import Op, register
+from inspector.core.out_buffers import output_buffer
 from inspector.core.packed import PackedTree, same_layout
 from inspector.core.plan import Call, Plan
 
@@ -46,7 +47,7 @@ def _unstack_donated(k: int):
 
 
 def _out_buffer(shape, dtype, device):
-    return jnp.zeros(shape, jax.dtypes.canonicalize_dtype(dtype), device=device)
+    return output_buffer(shape, jax.dtypes.canonicalize_dtype(dtype), device)
 
 
 def _plan_stack_packed(trees: list[PackedTree], device) -> Plan:
