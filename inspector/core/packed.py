@@ -82,6 +82,11 @@ class Layout:
         return {id(x): i for i, x in enumerate(jax.tree_util.tree_leaves(self.structure))}
 
     @cached_property
+    def group_dtypes(self) -> dict[str, str]:
+        """Each group's dtype (every slot of a group has its dtype)."""
+        return {s.group: s.dtype for s in self.slots}
+
+    @cached_property
     def _derived(self) -> dict:
         return {}
 
@@ -203,7 +208,7 @@ class PackedTree:
     def with_dtypes(self, buffers: dict) -> PackedTree:
         """Returns a packed tree of this layout over new buffers (same groups, maybe new dtypes)."""
         dtypes = {g: dtype_name(b.dtype) for g, b in buffers.items()}
-        if all(dtypes[s.group] == s.dtype for s in self.layout.slots):
+        if dtypes == self.layout.group_dtypes:
             return PackedTree(self.layout, buffers)
         return PackedTree(self.layout.with_lead(self.layout.lead, dtypes), buffers)
 

@@ -111,9 +111,10 @@ def cached_recipes() -> int:
 def _cache_key(layout: Layout, index_tree) -> tuple | None:
     """(layout, the index tree frozen), or None when the index tree cannot be a key."""
     leaves, treedef = jax.tree_util.tree_flatten(index_tree)
-    frozen = tuple((type(x).__name__, (x.start, x.stop, x.step)) if isinstance(x, slice)
-                   else (type(x).__name__, x) for x in leaves)
-    key = (layout, treedef, frozen)
+    types = tuple(map(type, leaves))  # 1 and True are equal keys; their types are not
+    if slice in types:  # slices are unhashable before Python 3.12
+        leaves = [(x.start, x.stop, x.step) if type(x) is slice else x for x in leaves]
+    key = (layout, treedef, types, tuple(leaves))
     try:
         hash(key)
     except TypeError:  # an unhashable leaf (an array as an index): plan it afresh, it fails
