@@ -1,21 +1,34 @@
-"""Benchmark of the core ops: bandwidth ratios, compile times, recompiles, describe.
+"""Every op on packed and plain trees against the memory-bandwidth limit, measured in one run.
 
-    python benchmarks/bench_ops.py [--quick]
+    python benchmarks/bench_ops.py [--quick] [--only ops many first recompiles describe one-jit]
 
-Prints, in one run on this machine: each op's achieved bandwidth, median (min-max) over its
-timed runs, and its ratio to the memory-bandwidth reference of `bandwidth.py` (the best of a
-one-thread NumPy copy, an all-core NumPy copy and an XLA copy into a donated output, of a 256
-MiB buffer), sampled between the op's own runs; then compile seconds by leaf count, including
-one jit over a whole unpacked tree (what `pack` avoids); compilations during 20 weight changes;
-`describe` time for a 100k-leaf tree. Medians with the spread because the machine is shared.
-Targets (issue 2): weighted-sum ratio >= 0.85 for P >= 1e7; compile <= 1 s at 10,000 leaves;
-0 recompiles; describe(100k leaves) <= 0.5 s.
+Prints, on this machine (issue 9 targets in brackets; `--quick`: small sizes, a smoke run):
+
+1. `ops`: weighted sum, stack, unstack, index (one model of a stack) and per-subtree index (a
+   different model per top-level subtree) on transformer-like float32 trees of P = 1e7 and 5e7
+   parameters, K = 2, 4, 8 trees; packed (one kernel per dtype) and plain (one kernel per leaf).
+   GB/s = (bytes read + bytes written) / kernel time, as `RunResult.gbps`; each ratio divides
+   the op's median by the reference of `bandwidth.py` (the best median of three 256 MiB copies:
+   NumPy one thread, NumPy on all cores, XLA into a donated output), sampled between the op's
+   own runs [packed >= 0.85, plain >= 0.7];
+2. `many`: each op on 20,000-leaf packed trees of small leaves (K = 2) held on the device (as
+   the app's working set holds them): the whole call
+   (`op(*args)`: plan, place, run, wait; kernels cached) and the kernel alone, median ms
+   (min-max) [call <= 5 ms];
+3. `first`: the first call of each op at 10,000 leaves, each in a fresh interpreter (no JAX or
+   inspector caches): plan + compile + place + run [<= 1 s]; packed, then plain trees;
+4. `recompiles`: compilations during 20 weight changes and 20 index moves [0];
+5. `describe`: `describe` of a 100k-leaf tree [<= 0.5 s];
+6. `one-jit` (only when asked: minutes): one `jax.jit` over a whole unpacked tree, what `pack`
+   avoids.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +48,8 @@ jax.monitoring.register_event_duration_secs_listener(
     lambda name, *_, **__: _COMPILES.__setitem__("n", _COMPILES["n"] + 1)
     if name == "/jax/core/compile/backend_compile_duration" else None)
 
+OPS = ("weighted sum", "stack", "unstack", "index", "per-subtree index")
+
 
 def spread(times: list[float]) -> str:
     lo, hi = min(times) * 1e3, max(times) * 1e3
@@ -51,72 +66,145 @@ def timed(op, *args, repeats: int):
     return lambda: gbps_of(inspector.run(op, *args, repeats=repeats, warmup=1))
 
 
-def bench_weighted_sum(ref, sizes, ks, rounds, repeats):
-    print("\nweighted_sum, transformer-like float32 trees: packed (one kernel per dtype, donated "
-          "output) and plain (one kernel per leaf shape)")
-    print(f"{'P':>6} {'K':>2} {'leaves':>6}  {'packed GB/s (min-max), ratio':<60} plain")
+def cases(trees, stacked, per_subtree) -> list:
+    """(name, op, args) of every op: on `trees` (K of them) and on `stacked` (their stack)."""
+    k = len(trees)
+    return [
+        ("weighted sum", inspector.weighted_sum, (trees, [1.0 / k] * k)),
+        ("stack", inspector.stack, (trees,)),
+        ("unstack", inspector.unstack, (stacked,)),
+        ("index", inspector.index, (stacked, k - 1)),
+        ("per-subtree index", inspector.index, (stacked, per_subtree)),
+    ]
+
+
+def top_level_choice(tree, k: int) -> dict:
+    """A different model for each top-level subtree of a transformer-like tree."""
+    return {"embed": 0, "unembed": min(1, k - 1), "blocks": k - 1}
+
+
+def block_choice(tree) -> dict:
+    """Model 0 or 1 for each block of a `leaf_count_tree` (thousands of subtrees)."""
+    keys = tree.structure() if isinstance(tree, inspector.PackedTree) else tree
+    return {key: i % 2 for i, key in enumerate(keys)}
+
+
+def held(tree: inspector.PackedTree) -> inspector.PackedTree:
+    """The packed tree with its buffers on the default device, as the working set holds it."""
+    groups = list(tree.buffers)
+    return inspector.PackedTree(tree.layout, dict(zip(
+        groups, jax.block_until_ready(jax.device_put([tree.buffers[g] for g in groups])),
+        strict=True)))
+
+
+def wait(out):
+    """Blocks until an op's result (a tree, a packed tree or a list of them) is computed."""
+    parts = out if isinstance(out, list) else [out]
+    jax.block_until_ready([p.buffers if isinstance(p, inspector.PackedTree) else p
+                           for p in parts])
+    return out
+
+
+def bench_bandwidth(ref, sizes, ks, rounds, repeats):
+    print("\n1. GB/s median (min-max) and ratio to the reference; transformer-like float32 trees"
+          "  [packed >= 0.85, plain >= 0.7]")
+    print(f"{'P':>6} {'K':>2} {'op':>17}  {'packed (one kernel per dtype)':<58} plain")
+    table = []
     for p in sizes:
         base = transformer_like(p)
-        n_leaves = len(jax.tree.leaves(base))
-        p = sum(x.size for x in jax.tree.leaves(base))
         for k in ks:
             trees = [base] + [jax.tree.map(lambda x, s=s: x + np.float32(s), base)
                               for s in range(1, k)]
+            choice = top_level_choice(base, k)
             packed = [inspector.pack(t) for t in trees]
-            w = [1.0 / k] * k
-            m = interleaved(ref, timed(inspector.weighted_sum, packed, w, repeats=repeats),
-                            rounds)
-            plain = interleaved(ref, timed(inspector.weighted_sum, trees, w, repeats=2),
-                                max(2, rounds // 2))
-            print(f"{p:6.0e} {k:2d} {n_leaves:6d}  {m.row():<60} {plain.median:5.1f} GB/s, "
-                  f"ratio {plain.ratio:.2f}")
-            del trees, packed
+            stacked = inspector.stack(packed)
+            rows = {}
+            for name, op, args in cases(packed, stacked, choice):
+                n = inspector.run(op, *args, repeats=1, warmup=0).n_kernels
+                rows[name] = (interleaved(ref, timed(op, *args, repeats=repeats), rounds), n)
+            del packed, stacked
+            plain_stacked = inspector.stack(trees)
+            for name, op, args in cases(trees, plain_stacked, choice):
+                m = interleaved(ref, timed(op, *args, repeats=max(1, repeats - 1)),
+                                max(2, rounds - 1))
+                packed_m, n = rows[name]
+                ok = "" if packed_m.ratio >= 0.85 else " <"
+                print(f"{p:6.0e} {k:2d} {name:>17}  {packed_m.row():<50}{ok:2} {n} kernel(s)  "
+                      f"{m.median:5.1f} GB/s ratio {m.ratio:4.2f}{'' if m.ratio >= 0.7 else ' <'}")
+                table.append((p, k, name, packed_m.ratio, m.ratio))
+            del plain_stacked, trees
+    print("\nratios (packed / plain); '<' marks a miss:")
+    print(f"{'P, K':>8} | " + " | ".join(f"{name:>17}" for name in OPS))
+    for p in sizes:
+        for k in ks:
+            cells = {name: (a, b) for pp, kk, name, a, b in table if (pp, kk) == (p, k)}
+            print(f"{p:.0e}, {k}".rjust(8) + " | " + " | ".join(
+                f"{a:.2f}{'<' if a < 0.85 else ' '} / {b:.2f}{'<' if b < 0.7 else ' '}".rjust(17)
+                for a, b in (cells[name] for name in OPS)))
 
 
-def bench_other_ops(ref, p, rounds, repeats):
-    print(f"\nother ops at P = {p:.0e} (leaf by leaf, one compile per distinct shape)")
-    base = transformer_like(p)
-    trees = [base, jax.tree.map(lambda x: x + 1, base), jax.tree.map(lambda x: x + 2, base),
-             jax.tree.map(lambda x: x + 3, base)]
+def bench_many_leaves(n_leaves, repeats):
+    print(f"\n2. {n_leaves:,}-leaf packed trees of small leaves (K = 2) held on the device, "
+          "kernels cached: the "
+          "whole call op(*args) and the kernel alone, median ms (min-max)  [call <= 5 ms]")
+    trees = [held(inspector.pack(leaf_count_tree(n_leaves, d=4, seed=s))) for s in range(2)]
     stacked = inspector.stack(trees)
-    cases = [
-        ("stack K=4", inspector.stack, (trees,)),
-        ("unstack K=4", inspector.unstack, (stacked,)),
-        ("index '1:3' of stack", inspector.index, (stacked, "1:3")),
-    ]
-    for name, op, args in cases:
-        n_kernels = inspector.run(op, *args, repeats=1).n_kernels
-        m = interleaved(ref, timed(op, *args, repeats=repeats), rounds)
-        print(f"{name:>22}: {m.row()}  ({n_kernels} kernels)")
+    for name, op, args in cases(trees, stacked, block_choice(stacked)):
+        wait(op(*args))
+        calls = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            wait(op(*args))
+            calls.append(time.perf_counter() - start)
+        r = inspector.run(op, *args, repeats=repeats, warmup=1)
+        verdict = "ok" if statistics.median(calls) <= 5e-3 else "MISSED"
+        print(f"{name:>17}: call {spread(calls)}  kernel {spread(list(r.times))}  "
+              f"{r.n_kernels} kernel(s), {trees[0].n_leaves} leaves  [{verdict}]")
 
 
-def bench_compile(leaf_counts):
-    print("\ncompile seconds by leaf count (fresh kernel cache; transformer-like, 12 leaves/block)")
-    print(f"{'leaves':>7} {'shapes':>6} {'packed ws':>10} {'plain ws':>9} {'index':>7} "
-          f"{'stack':>7} {'first call total':>16}")
-    for n in leaf_counts:
-        t = leaf_count_tree(n)
-        t2 = jax.tree.map(lambda x: x * 2, t)
-        shapes = len({x.shape for x in jax.tree.leaves(t)})
-        inspector.clear_cache()
-        start = time.perf_counter()
-        packed = inspector.run(inspector.weighted_sum, [inspector.pack(t), inspector.pack(t2)],
-                               [0.5, 0.5], repeats=1)
-        plain = inspector.run(inspector.weighted_sum, [t, t2], [0.5, 0.5], repeats=1)
-        idx = inspector.run(inspector.index, t, "0", repeats=1)
-        stk = inspector.run(inspector.stack, [t, t2], repeats=1)
-        total = time.perf_counter() - start
-        print(f"{len(jax.tree.leaves(t)):7d} {shapes:6d} {packed.compile_seconds:10.3f} "
-              f"{plain.compile_seconds:9.3f} {idx.compile_seconds:7.3f} "
-              f"{stk.compile_seconds:7.3f} {total:15.2f}s")
+_FIRST_CALL = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import jax, inspector
+from bench_ops import block_choice, cases, wait
+from trees import leaf_count_tree
+n, packed, which = int(sys.argv[2]), sys.argv[3] == "packed", sys.argv[4]
+trees = [leaf_count_tree(n, d=4, seed=s) for s in range(2)]
+if packed:
+    trees = [inspector.pack(t) for t in trees]
+stacked = inspector.stack(trees) if which in ("unstack", "index", "per-subtree index") else None
+choice = block_choice(stacked) if stacked is not None else None
+jax.numpy.zeros(1).block_until_ready()  # the backend itself started, as in any session
+name, op, args = next(c for c in cases(trees, stacked, choice) if c[0] == which)
+start = time.perf_counter()
+wait(op(*args))
+print(json.dumps({"seconds": time.perf_counter() - start,
+                  "leaves": len(jax.tree.leaves(trees[0].structure() if packed else trees[0]))}))
+"""
+
+
+def bench_first_call(n_leaves, plain: bool):
+    print(f"\n3. first call at {n_leaves:,} leaves (K = 2), each in a fresh interpreter: plan + "
+          "compile + place + run  [<= 1 s]")
+    for kind in ("packed", "plain") if plain else ("packed",):
+        cells = []
+        for name in OPS:
+            proc = subprocess.run(
+                [sys.executable, "-c", _FIRST_CALL, str(Path(__file__).parent), str(n_leaves),
+                 kind, name], capture_output=True, text=True, check=True)
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            cells.append(f"{name} {r['seconds']:.2f} s{'' if r['seconds'] <= 1 else ' MISSED'}")
+        print(f"{kind:>7} ({r['leaves']} leaves): " + ", ".join(cells))
 
 
 def bench_recompiles():
     trees = [inspector.pack(transformer_like(1e6, seed=s)) for s in range(3)]
     plain = [transformer_like(1e5, seed=s) for s in range(3)]
+    stacked = inspector.stack(trees)
     inspector.run(inspector.weighted_sum, trees, [1.0, 1.0, 1.0], repeats=1)
     inspector.run(inspector.weighted_sum, plain, [1.0, 1.0, 1.0], repeats=1)
     inspector.run(inspector.index, plain[0], "0", repeats=1)
+    inspector.run(inspector.index, stacked, {"embed": 0, "unembed": 1, "blocks": 2}, repeats=1)
     before = _COMPILES["n"]
     rng = np.random.default_rng(0)
     for _ in range(20):
@@ -124,8 +212,11 @@ def bench_recompiles():
         inspector.run(inspector.weighted_sum, trees, w, repeats=1)
         inspector.run(inspector.weighted_sum, plain, [np.float32(w[0]), w[1], 2], repeats=1)
         inspector.run(inspector.index, plain[0], str(int(rng.integers(0, 4))), repeats=1)
-    print(f"\ncompilations during 20 weight changes (packed + plain) and 20 index moves: "
-          f"{_COMPILES['n'] - before}")
+        m = [int(x) for x in rng.integers(0, 3, size=3)]
+        inspector.run(inspector.index, stacked, {"embed": m[0], "unembed": m[1], "blocks": m[2]},
+                      repeats=1)
+    print(f"\n4. compilations during 20 weight changes (packed + plain) and 20 index moves "
+          f"(plain + packed per-subtree): {_COMPILES['n'] - before}  [0]")
 
 
 def bench_describe(n_leaves, repeats):
@@ -136,13 +227,13 @@ def bench_describe(n_leaves, repeats):
         start = time.perf_counter()
         rows = inspector.describe(tree)
         times.append(time.perf_counter() - start)
-    print(f"\ndescribe: {n} leaves, {len(rows)} rows: {spread(times)}")
+    print(f"\n5. describe: {n} leaves, {len(rows)} rows: {spread(times)}  [<= 500 ms]")
 
 
 def bench_one_jit(leaf_counts):
-    """The README's "a minute at 10,000 leaves": one `jax.jit` over a whole unpacked tree
+    """The README's "minutes at 10,000 leaves": one `jax.jit` over a whole unpacked tree
     (XLA compiles one fusion per leaf), the cost that `pack` and per-shape kernels avoid."""
-    print("\none jit over the whole unpacked tree (weighted sum K = 2; what pack avoids)")
+    print("\n6. one jit over the whole unpacked tree (weighted sum K = 2; what pack avoids)")
     for n in leaf_counts:
         t = leaf_count_tree(n)
         t2 = jax.tree.map(lambda x: x * 2, t)
@@ -153,37 +244,37 @@ def bench_one_jit(leaf_counts):
               "compile")
 
 
+PARTS = ["ops", "many", "first", "recompiles", "describe", "one-jit"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--only", nargs="+", default=None,
-                        choices=["ws", "ops", "compile", "one-jit", "recompiles", "describe"],
-                        help="run only these parts")
+    parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    parser.add_argument("--only", nargs="+", default=None, choices=PARTS,
+                        help="run only these parts (default: all but one-jit)")
     args = parser.parse_args()
     quick = args.quick
-    parts = set(args.only or ["ws", "ops", "compile", "one-jit", "recompiles", "describe"])
+    parts = set(args.only or PARTS[:-1])
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({len(jax.devices())} "
           f"device(s)); numpy {np.__version__}")
-    if parts & {"ws", "ops"}:
+    if "ops" in parts:
         ref = Reference(256 * MIB if not quick else 16 * MIB)
-        rounds, repeats = (5, 3) if not quick else (2, 2)
-        if "ws" in parts:
-            bench_weighted_sum(ref, [1e7, 5e7] if not quick else [1e5],
-                               [2, 4, 8] if not quick else [2], rounds, repeats)
-        if "ops" in parts:
-            bench_other_ops(ref, 1e7 if not quick else 1e5, rounds, repeats)
+        bench_bandwidth(ref, [1e7, 5e7] if not quick else [1e5], [2, 4, 8] if not quick else [2],
+                        rounds=3 if not quick else 2, repeats=3 if not quick else 2)
         print(f"\nreference copies of {ref.src.nbytes // MIB} MiB over the whole run "
               "(GB/s = read + written bytes / s):")
         print(ref.summary())
         ref.close()
-    if "compile" in parts:
-        bench_compile([100, 1000, 10000] if not quick else [100])
-    if "one-jit" in parts:
-        bench_one_jit([1000, 10000] if not quick else [100])
+    if "many" in parts:
+        bench_many_leaves(20_000 if not quick else 2_000, repeats=15 if not quick else 5)
+    if "first" in parts:
+        bench_first_call(10_000 if not quick else 1_000, plain=True)
     if "recompiles" in parts:
         bench_recompiles()
     if "describe" in parts:
         bench_describe(100_000 if not quick else 1000, repeats=5 if not quick else 2)
+    if "one-jit" in parts:
+        bench_one_jit([1000, 10000] if not quick else [100])
 
 
 if __name__ == "__main__":
