@@ -23,6 +23,7 @@ from inspector.core.plan import Call, Plan
 
 RTOL, ATOL = 1e-5, 1e-8  # np.isclose's defaults
 _CHUNK = 64  # leaves per plan: the progress callback is told after each chunk
+_CHUNK_BYTES = 256 << 20  # ... and after at most this many bytes of both leaves
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,8 @@ def leaf_value_stats(pairs, rtol: float = RTOL, atol: float = ATOL, device=None,
         pairs: `(a, b)` leaves (NumPy, JAX or lazy arrays) of equal shapes.
         rtol, atol: the tolerance of `frac_changed` (traced: changing it never recompiles).
         device: where to reduce.
-        progress: called as `progress(done, total)` after each chunk of leaves.
+        progress: called as `progress(done, total)` (leaves) after each chunk of at most 64
+            leaves or 256 MiB.
 
     >>> s = leaf_value_stats([(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.5, 4.0]))])[0]
     >>> s.max_abs, s.frac_changed
@@ -117,8 +119,7 @@ def leaf_value_stats(pairs, rtol: float = RTOL, atol: float = ATOL, device=None,
     """
     pairs = list(pairs)
     out: list[ValueStats] = []
-    for start in range(0, len(pairs), _CHUNK):
-        chunk = pairs[start:start + _CHUNK]
+    for chunk in _chunks(pairs):
         plan = plan_leaf_value_stats(chunk, rtol, atol, device)
         plan.compile()
         plan.place()
@@ -127,6 +128,21 @@ def leaf_value_stats(pairs, rtol: float = RTOL, atol: float = ATOL, device=None,
         if progress is not None:
             progress(len(out), len(pairs))
     return out
+
+
+def _chunks(pairs):
+    """Runs of at most `_CHUNK` pairs and `_CHUNK_BYTES` (one pair may be more): so progress
+    is told every fraction of a second on big checkpoints."""
+    chunk, nbytes = [], 0
+    for pair in pairs:
+        size = sum(int(getattr(x, "nbytes", 0) or 0) for x in pair)
+        if chunk and (len(chunk) == _CHUNK or nbytes + size > _CHUNK_BYTES):
+            yield chunk
+            chunk, nbytes = [], 0
+        chunk.append(pair)
+        nbytes += size
+    if chunk:
+        yield chunk
 
 
 def _finish(r, size: int) -> ValueStats:

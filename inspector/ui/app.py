@@ -209,6 +209,7 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
             port = s.getsockname()[1]
 
     def session():
+        pn.extension("tabulator")  # as main.py does: the value-diff and leaf tables need it
         return create_app(defaults=examples, trees=prepared, root=root, hosts=hosts,
                           remote_prefixes=remote_prefixes)
 

@@ -88,8 +88,9 @@ class DiffTreeView(pn.viewable.Viewer):
                                  sizing_mode="stretch_width", margin=(0, 0))
         self.tree.param.watch(self._on_expanded, "expanded")
         self.tree.param.watch(self._on_active, "active")
+        self._heat: tuple = (None, {})  # (the diff_table it was made from, heat by path)
         state.param.watch(self._update, ["diff_result", "diff_only", "diff_expanded",
-                                         "diff_path", "diff_values"])
+                                         "diff_path", "diff_values", "diff_table"])
         self._update()
 
     def __panel__(self):
@@ -106,7 +107,7 @@ class DiffTreeView(pn.viewable.Viewer):
             return
         expanded, path = self._state.diff_expanded, self._state.diff_path
         items, paths = index.items(expanded, root_label=f"{d.a.name} vs {d.b.name}",
-                                   values=self._state.diff_values)
+                                   values=self._state.diff_values, heat=self.heat())
         at = _find(items, path) if path else None
         if path and at is None:
             missing = [i for i in index.reveal(path) if i not in expanded]
@@ -114,6 +115,15 @@ class DiffTreeView(pn.viewable.Viewer):
                 self._state.diff_expanded = [*expanded, *missing]
                 return
         self._set(items=items, expanded=paths, active=[at] if at else [])
+
+    def heat(self) -> dict:
+        """{node path: {"color", "title"}} from the whole-tree value diff ({} until asked)."""
+        from inspector.ui.session.value_table import heat_by_path
+
+        table = self._state.diff_table
+        if self._heat[0] is not table:
+            self._heat = (table, heat_by_path(table))
+        return self._heat[1]
 
     def _set(self, **values):
         self._syncing = True
@@ -269,15 +279,24 @@ class DiffValuesView(pn.viewable.Viewer):
                                                                            "#d7301f"],
                                    "legend": True, "legendAlign": "right"},
                         "changed": {"type": "progress", "max": 1, "color": "#74a9cf"}})
+        # Determinate while the value diff reports how far it is (it streams lazy leaves)
+        self.progress = pmui.LinearProgress(variant="determinate", value=0, visible=False,
+                                            sizing_mode="stretch_width", margin=(0, 10))
         state.param.watch(self._update, ["diff_table", "diff_result"])
+        state.param.watch(self._update_progress, ["busy", "progress", "status"])
         self._update()
 
     def __panel__(self):
-        return pmui.Column(self.button, self.table, sizing_mode="stretch_width")
+        return pmui.Column(self.button, self.progress, self.table, sizing_mode="stretch_width")
+
+    def _update_progress(self, *_):
+        s = self._state
+        running = s.busy and s.status.startswith(("Comparing values", "Comparing the values"))
+        self.progress.param.update(visible=running, value=s.progress or 0)
 
     def _update(self, *_):
         rows = self._state.diff_table
-        self.button.visible = self._state.diff_result is not None
+        self.button.disabled = self._state.diff_result is None
         self.table.visible = bool(rows)
         self.table.value = _frame(rows)
 

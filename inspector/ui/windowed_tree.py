@@ -20,8 +20,9 @@ from panel.custom import JSComponent
 
 
 class WindowedTree(JSComponent):
-    """Nested items (`id`, `label`, `secondary`, `items`, `selectable`, `buttons`), drawn a
-    window of rows at a time."""
+    """Nested items (`id`, `label`, `secondary`, `items`, `selectable`, `buttons`, and an
+    optional `heat`: `{"color": css colour, "title": tooltip}` drawn as a swatch before the
+    label), drawn a window of rows at a time."""
 
     items = param.List(default=[], doc="The items shown: nested dicts as for `pmui.Tree`.")
     expanded = param.List(default=[], doc="Index paths of the expanded items.")
@@ -55,6 +56,10 @@ class WindowedTree(JSComponent):
       color: var(--mui-palette-text-secondary, #666);
     }
     .wtree-label { white-space: pre; }
+    .wtree-heat {
+      flex: 0 0 12px; height: 12px; border-radius: 3px;
+      box-shadow: inset 0 0 0 1px rgba(127, 127, 127, 0.35);
+    }
     .wtree-secondary {
       color: var(--mui-palette-text-secondary, #6b6b6b); font-size: 12px; white-space: pre;
     }

@@ -148,3 +148,15 @@ def test_the_server_closes_a_websocket_sending_a_message_over_the_limit(launched
         assert pool.submit(asyncio.run, pull_document(MAX_MESSAGE_BYTES - 2**10)).result(60) \
             == "PULL-DOC-REPLY"
         assert pool.submit(asyncio.run, pull_document(MAX_MESSAGE_BYTES)).result(60) is None
+
+
+def test_comparing_all_values_colours_the_tree_rows(page):
+    page.get_by_role("treeitem").first.wait_for()
+    page.get_by_role("tab", name="Compare trees").click()
+    page.locator(".diff-summary").wait_for()
+    page.get_by_text("Compare all values").click()
+    heat = node(page, "['norm']['scale']").locator(".wtree-heat")
+    heat.wait_for()  # the one leaf of both files: float32 ones vs float16 ones, unchanged
+    assert heat.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(232, 245, 233)"
+    assert heat.get_attribute("title").startswith("rel L2 0 · max |a−b| 0")
+    assert node(page, "['dense']['bias']").locator(".wtree-heat").count() == 0  # only in a

@@ -1,6 +1,6 @@
 // A windowed tree (WAI-ARIA tree pattern): only the rows in view are in the DOM.
 // Plain JavaScript, no imports: Panel ships it inline with the page (offline, no CDN).
-// Items are nested {id, label, secondary, items, selectable, buttons}; `expanded` and `active`
+// Items are nested {id, label, secondary, items, selectable, buttons, heat}; `expanded` and `active`
 // are index paths into them, as in pmui.Tree. A collapsed node with children carries one
 // placeholder child; the server sends the real children when the node is expanded.
 export function render({ model, el }) {
@@ -61,7 +61,15 @@ export function render({ model, el }) {
     const label = document.createElement("span")
     label.className = "wtree-label"
     label.textContent = r.item.label
-    div.append(toggle, label)
+    div.append(toggle)
+    if (r.item.heat) {  // optional per-row colour swatch: {color, title}
+      const heat = document.createElement("span")
+      heat.className = "wtree-heat"
+      heat.style.background = r.item.heat.color
+      if (r.item.heat.title) heat.title = r.item.heat.title
+      div.append(heat)
+    }
+    div.append(label)
     if (r.item.secondary) {
       const sec = document.createElement("span")
       sec.className = "wtree-secondary"

@@ -253,11 +253,14 @@ class DiffIndex(TreeIndex):
         self.diff = diff
         self.union = keep  # this index's row -> the TreeDiff's row
         self.values: dict = {}  # leaf path -> (max_abs, rel_l2) or error text, set by the view
+        self.heat: dict = {}  # node path -> {"color", "title"} of the whole-tree value diff
         super().__init__([diff.rows[i] for i in keep])
 
-    def items(self, expanded, root_label: str = "", values=None):
-        """`TreeIndex.items`; `values` here is {leaf path: (max |Δ|, rel L2) or error text}."""
+    def items(self, expanded, root_label: str = "", values=None, heat=None):
+        """`TreeIndex.items`; `values` here is {leaf path: (max |Δ|, rel L2) or error text},
+        `heat` {node path: {"color", "title"}} (`value_table.heat_by_path`), drawn on rows."""
         self.values = values or {}
+        self.heat = heat or {}
         return super().items(expanded, root_label)
 
     def badges(self, i: int, expanded: bool) -> list[dict]:
@@ -314,6 +317,9 @@ class DiffIndex(TreeIndex):
             badges = self.badges(entry[1], item["id"] in expanded)
             if badges:
                 item["buttons"] = badges
+            heat = self.heat.get(self.rows[entry[1]].path)
+            if heat is not None:
+                item["heat"] = heat
         return item
 
 

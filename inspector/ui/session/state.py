@@ -374,7 +374,22 @@ class InspectorState(param.Parameterized):
                 self.diff_table = rows
 
         self._submit(lambda: (f"Comparing the values of {a.name} and {b.name} …",
-                              lambda: value_table(a.tree, b.tree), done), coalesce="values")
+                              lambda: value_table(a.tree, b.tree, progress=self.values_progress),
+                              done), coalesce="values")
+
+    def values_progress(self, done: int, total: int, nbytes: int, total_bytes: int) -> None:
+        """Shows how far the whole-tree value diff has got (bytes of both trees reduced) as
+        the progress bar and the status; called by the running thread, at most every 0.2 s."""
+        from inspector.ui.session.formatting import human_bytes
+
+        now = time.monotonic()
+        if done < total and now - self._progress_shown < 0.2:
+            return
+        self._progress_shown = now
+        self.param.update(
+            progress=100.0 * nbytes / total_bytes if total_bytes else 100.0 * done / total,
+            status=f"Comparing values: {done} / {total} leaves, {human_bytes(nbytes)} / "
+                   f"{human_bytes(total_bytes)} read")
 
     @param.depends("diff_only", watch=True)
     def _on_diff_only(self):
