@@ -29,7 +29,13 @@ from jax import lax
 
 from inspector.core import nodes
 from inspector.core.errors import IndexOutOfRangeError, InspectorError
-from inspector.core.indexing import _index_kernel, _normalize, index_pairs, raise_misfits
+from inspector.core.indexing import (
+    _ATOMS,
+    _index_kernel,
+    _normalize,
+    index_pairs,
+    raise_misfits,
+)
 from inspector.core.out_buffers import output_buffer
 from inspector.core.packed import Layout, PackedTree
 from inspector.core.plan import Call, Plan
@@ -141,24 +147,22 @@ def _recipe(layout: Layout, index_tree) -> _Recipe | None:
     """Checks the index against every leaf (each distinct shape once per subtree) and works
     out the kernels; None when the index cannot be one kernel per dtype."""
     lead = layout.lead
-    ordinals = layout.ordinals
     entries: list = [None] * len(layout.slots)  # per leaf: (pattern, starts, which subtree)
     problems, kinds = [], set()
-    for pair_id, (path, idx, subtree) in enumerate(index_pairs(index_tree, layout.structure)):
+    for pair_id, (path, idx, subtree, ordinals, shapes) in enumerate(_subtrees(layout, index_tree)):
         seen: dict = {}  # leaf shape -> (pattern, starts), or the error
-        leaves = nodes.flatten(subtree)[0]
-        for leaf in leaves:
-            got = seen.get(leaf.shape)
+        for n, shape in zip(ordinals, shapes, strict=True):
+            got = seen.get(shape)
             if got is None:
                 try:
-                    got = _normalize(idx, leaf.shape)
+                    got = _normalize(idx, shape)
                 except (IndexOutOfRangeError, InspectorError) as e:
                     got = e
-                seen[leaf.shape] = got
+                seen[shape] = got
             if not isinstance(got, Exception):
-                entries[ordinals[id(leaf)]] = (*got, pair_id)
+                entries[n] = (*got, pair_id)
         if any(isinstance(got, Exception) for got in seen.values()):
-            for leaf_path, leaf in nodes.flatten(subtree, with_path=True)[0]:
+            for leaf_path, leaf in nodes.flatten(subtree(), with_path=True)[0]:
                 got = seen[leaf.shape]
                 if isinstance(got, Exception):
                     kinds.add(type(got))
@@ -203,6 +207,24 @@ def _recipe(layout: Layout, index_tree) -> _Recipe | None:
             runs = ()
         kernels.append(_Kernel(group, runs, rows))
     return _Recipe(new_lead, layout.with_lead(new_lead), tuple(kernels), starts)
+
+
+def _subtrees(layout: Layout, index_tree):
+    """Yields `(path, index, subtree(), leaf ordinals, leaf shapes)` for each index in the
+    index tree (`subtree()` gives the structure below it, for error messages)."""
+    if isinstance(index_tree, _ATOMS) and not isinstance(index_tree, bool):
+        # One index for the whole tree (the common case): the shapes come from the slots,
+        # without building the tree's structure (20 us per leaf) on a first call.
+        ((path, idx, _),) = index_pairs(index_tree, None)
+        lead = layout.lead
+        yield (path, idx, lambda: layout.structure, range(len(layout.slots)),
+               [lead + s.shape for s in layout.slots])
+        return
+    ordinals = layout.ordinals
+    for path, idx, subtree in index_pairs(index_tree, layout.structure):
+        leaves = nodes.flatten(subtree)[0]
+        yield (path, idx, lambda subtree=subtree: subtree, [ordinals[id(x)] for x in leaves],
+               [x.shape for x in leaves])
 
 
 def _rows_kernel(k: int):

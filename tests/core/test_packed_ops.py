@@ -231,3 +231,17 @@ def test_per_subtree_index_pieces_cover_the_whole_output():
         got = r.result.unpack()
         for k in choice:
             np.testing.assert_array_equal(f64(got[k]), want[k])
+
+
+def test_one_index_for_a_whole_packed_stack_names_every_leaf_it_does_not_fit():
+    trees = make_trees(2, [(4, 2), (3,), ()], [np.float32, np.int32, np.float32], 8)
+    stacked = inspector.stack([inspector.pack(t) for t in trees])
+    with pytest.raises(inspector.IndexOutOfRangeError,
+                       match=r"3 leaves do not fit[\s\S]*\['emb'\]: index 2 is out[\s\S]*"
+                             r"\['layers'\]\[0\]\['w'\][\s\S]*\['layers'\]\[1\]\['w'\]"):
+        inspector.index(stacked, 2)
+    with pytest.raises(inspector.IndexParseError, match=r"\(root\)"):
+        inspector.index(stacked, "1:x")
+    out = inspector.index(stacked, "-1").unpack()
+    np.testing.assert_array_equal(out["layers"][1]["w"], trees[1]["layers"][1]["w"])
+    assert out["none"] is None
