@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import cached_property
 
 import panel as pn
 import panel_material_ui as pmui
@@ -38,34 +39,59 @@ def default_root() -> str:
 
 class InspectorApp(pn.viewable.Viewer):
     """The whole app for one session: the sidebar (trees, download, open, examples, device),
-    then two tabs: input | operation | result side by side, and the comparison of two trees."""
+    then two tabs: input | operation | result side by side, and the comparison of two trees.
+
+    Only what the first paint shows is built with the app (the loaded trees, the input tree);
+    the other views are built when first shown (after the first paint, or when their tab
+    opens) or first asked for (`app.diff` in a test): each costs server time per session.
+    """
 
     def __init__(self, state: InspectorState, **params):
         super().__init__(**params)
         self.state = state
         self.trees = TreeListView(state)
         self.examples = ExampleLoader(state)
-        self.files = FileOpener(state)
-        self.export = ExportView(state)
         self.device = DeviceSelector(state)
         self.input = TreeView(state, source="input", title="Input tree")
-        self.operation = OperationPanel(state)
-        self.result = ResultView(state)
-        self.diff = DiffView(state)
-        self.mesh = MeshPanel(state)
         self.run_status = RunStatus(state)
         self.working_set = WorkingSetView(state)
         self.tabs = None
 
+    # built on first use -----------------------------------------------------------------------
+
+    @cached_property
+    def files(self) -> FileOpener:
+        return FileOpener(self.state)
+
+    @cached_property
+    def export(self) -> ExportView:
+        return ExportView(self.state)
+
+    @cached_property
+    def operation(self) -> OperationPanel:
+        return OperationPanel(self.state)
+
+    @cached_property
+    def result(self) -> ResultView:
+        return ResultView(self.state)
+
+    @cached_property
+    def diff(self) -> DiffView:
+        return DiffView(self.state)
+
+    @cached_property
+    def mesh(self) -> MeshPanel:
+        return MeshPanel(self.state)
+
     def sidebar(self) -> list:
-        files = pmui.Column(sizing_mode="stretch_width", margin=0)
+        rest = pmui.Column(sizing_mode="stretch_width", margin=0)
 
         def fill():  # after the first paint, as the operation and result cards below
-            files.objects = [self.export, pmui.Divider(), self.files]
+            rest.objects = [self.working_set, self.export, pmui.Divider(), self.files,
+                            pmui.Divider(), self.examples, pmui.Divider(), self.device]
 
         pn.state.onload(fill)
-        return [self.trees, self.working_set, files, pmui.Divider(), self.examples,
-                pmui.Divider(), self.device]
+        return [self.trees, rest]
 
     def main(self) -> list:
         column = dict(sizing_mode="stretch_width", margin=(5, 5))
@@ -81,13 +107,20 @@ class InspectorApp(pn.viewable.Viewer):
             pmui.Card(self.input, title="Input tree", min_width=380, **column),
             operation, result, sizing_mode="stretch_width",
         )
-        compare = pmui.Card(self.diff, title="Compare two trees", collapsible=False, **column)
-        # dynamic: the comparison is drawn only once its tab is opened (a leaner first paint)
-        mesh = pmui.Card(self.mesh, title="Shard over a device mesh", collapsible=False,
-                         **column)
+        # The comparison and the mesh are built and drawn only once their tab is opened.
+        compare = pmui.Card(title="Compare two trees", collapsible=False, **column)
+        mesh = pmui.Card(title="Shard over a device mesh", collapsible=False, **column)
+        later = {1: (compare, "diff"), 2: (mesh, "mesh")}
         self.tabs = pmui.Tabs((TABS[0], operate), (TABS[1], compare), (TABS[2], mesh),
                               dynamic=True,
                               sizing_mode="stretch_width", margin=(0, 0))
+
+        def opened(event):
+            card, view = later.get(event.new, (None, None))
+            if card is not None and not len(card):
+                card.append(getattr(self, view))
+
+        self.tabs.param.watch(opened, "active")
         return [self.run_status, self.tabs]
 
     def __panel__(self):

@@ -50,6 +50,7 @@ class MeshPanel(pn.viewable.Viewer):
         mesh.param.watch(self._update_errors, "spec_errors")
         self._update_mesh()
         self._update_fields()
+        mesh.checking = True  # shown: check the specs from now on
 
     def __panel__(self):
         return pmui.Row(

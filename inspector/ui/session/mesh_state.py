@@ -55,12 +55,16 @@ class MeshState(param.Parameterized):
                        "('' or None: replicated).")
     spec_errors = param.Dict(default={}, doc="Per subtree id of the selected tree: every leaf "
                              "below it that does not fit its spec, one per line.")
+    checking = param.Boolean(default=False, doc="Check the specs against the selected tree "
+                             "(set when the mesh panel is first shown: checking walks every "
+                             "leaf, which a session that never shards need not pay).")
     shard = param.Event(doc="Lay the selected tree out over the mesh with its specs; the "
                         "sharded tree is added to the session and selected.")
 
     def __init__(self, session, **params):
         super().__init__(**params)
         self._session = session
+        self._checked = None  # (tree, axes, its specs): what spec_errors were computed for
         n = len(inspector.devices())
         self.presets = [axes_text(p) for p in presets(n)]
         if not self.axes:
@@ -92,7 +96,7 @@ class MeshState(param.Parameterized):
         ids = [loaded.index.rows[i].path for i in loaded.index.children[0]]
         return treedef.unflatten([entries.get(i) for i in ids])
 
-    @param.depends("axes", "specs", watch=True)
+    @param.depends("axes", "specs", "checking", watch=True)
     def _update_errors(self, *_):
         try:
             axes = parse_axes(self.axes)
@@ -100,7 +104,15 @@ class MeshState(param.Parameterized):
             mesh_error = ""
         except inspector.ShardingError as e:
             axes, mesh_error = None, str(e)
-        loaded = self._session.trees.get(self._session.selected)
+        loaded = self._session.trees.get(self._session.selected) if self.checking else None
+        # Checking costs a walk over every leaf (0.15 s at 100k leaves), and the session's
+        # `trees` change on every load: check again only when the tree, mesh or specs did.
+        checked = (None if loaded is None else loaded.tree, self.axes,
+                   None if loaded is None else tuple(self.specs.get(loaded.name, {}).items()))
+        if self._checked is not None and checked[0] is self._checked[0] \
+                and checked[1:] == self._checked[1:]:
+            return
+        self._checked = checked
         errors: dict[str, str] = {}
         if loaded is not None and axes is not None:
             _, problems = check_specs(structure_of(loaded.tree), axes, self.spec_tree(loaded))
