@@ -95,18 +95,20 @@ class InspectorApp(pn.viewable.Viewer):
 
     def main(self) -> list:
         column = dict(sizing_mode="stretch_width", margin=(5, 5))
-        operation = pmui.Card(title="Operation", width=450, margin=(5, 5))
-        result = pmui.Card(title="Result", min_width=380, **column)
-
-        def fill():  # after the first paint: the input tree shows first
-            operation.append(self.operation)
-            result.append(self.result)
-
-        pn.state.onload(fill)
+        cards = [dict(title="Operation", width=450, margin=(5, 5)),
+                 dict(title="Result", min_width=380, **column)]
         operate = pmui.Row(
             pmui.Card(self.input, title="Input tree", min_width=380, **column),
-            operation, result, sizing_mode="stretch_width",
+            *[pmui.Card(**card) for card in cards], sizing_mode="stretch_width",
         )
+
+        def fill():  # after the first paint: the input tree shows first
+            # New cards, filled as built: adding to a drawn card redraws it twice.
+            filled = [pmui.Card(view, **card) for view, card in
+                      zip((self.operation, self.result), cards, strict=True)]
+            operate.objects = [operate.objects[0], *filled]
+
+        pn.state.onload(fill)
         # The comparison and the mesh are built and drawn only once their tab is opened.
         compare = pmui.Card(title="Compare two trees", collapsible=False, **column)
         mesh = pmui.Card(title="Shard over a device mesh", collapsible=False, **column)

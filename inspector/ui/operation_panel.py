@@ -6,6 +6,8 @@ The tabs come from the registries: every op's settings (`session/ops/`) with its
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import panel as pn
 import panel_material_ui as pmui
 
@@ -24,11 +26,15 @@ class OperationPanel(pn.viewable.Viewer):
         if missing:
             raise TypeError(f"No form for the ops {', '.join(missing)}: add one to "
                             "inspector/ui/forms/.")
-        self.forms = {op: classes[op](settings, state) for op, settings in state.ops.items()}
+        self.forms = _Forms(classes, state)
         self._ops = list(self.forms)
-        self.tabs = pmui.Tabs(*[(state.ops[op].title, f) for op, f in self.forms.items()],
+        # Each tab holds its form once first shown: a session builds the forms it uses.
+        self._holders = {op: pmui.Column(sizing_mode="stretch_width", margin=0)
+                         for op in self._ops}
+        self.tabs = pmui.Tabs(*[(state.ops[op].title, self._holders[op]) for op in self._ops],
                               active=self._ops.index(state.op), sizing_mode="stretch_width",
                               margin=(0, 0), dynamic=True)
+        self._show_form(state.op)
         self.tabs.param.watch(self._on_tab, "active")
         self.preview = pn.pane.HTML("", sizing_mode="stretch_width", margin=(5, 10))
         self.form_error = pn.pane.HTML("", sizing_mode="stretch_width", margin=(5, 10),
@@ -63,13 +69,20 @@ class OperationPanel(pn.viewable.Viewer):
             pmui.Row(self.run_button, self._repeats, margin=(5, 0)),
             self._eager, self.progress, self.status, sizing_mode="stretch_width")
 
+    def _show_form(self, op: str) -> None:
+        holder = self._holders[op]
+        if not len(holder):
+            holder.append(self.forms[op])
+
     def _on_tab(self, event):
         op = self._ops[event.new]
+        self._show_form(op)
         if op != self._state.op:
             self._state.op = op
 
     def _update_tab(self, *_):
         active = self._ops.index(self._state.op)
+        self._show_form(self._state.op)
         if self.tabs.active != active:
             self.tabs.active = active
 
@@ -86,3 +99,24 @@ class OperationPanel(pn.viewable.Viewer):
         self.form_error.object = pre(state.form_error, "var(--mui-palette-error-main, #d32f2f)",
                                      "form-error") if state.form_error else ""
         self.form_error.visible = bool(state.form_error)
+
+
+class _Forms(Mapping):
+    """Each op's form by op name, built when first asked for."""
+
+    def __init__(self, classes: dict, state):
+        self._classes, self._state, self._built = classes, state, {}
+
+    def __getitem__(self, op: str):
+        if op not in self._built:
+            self._built[op] = self._classes[op](self._state.ops[op], self._state)
+        return self._built[op]
+
+    def __contains__(self, op) -> bool:
+        return op in self._state.ops
+
+    def __iter__(self):
+        return iter(self._state.ops)
+
+    def __len__(self) -> int:
+        return len(self._state.ops)

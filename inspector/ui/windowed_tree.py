@@ -7,10 +7,11 @@ the browser and draws only those in the scrolled window. Its JavaScript
 (`assets/windowed_tree.js`) has no imports and goes inline with the page: nothing is fetched.
 
 The DOM follows the WAI-ARIA tree pattern: `role=tree`, rows with `role=treeitem`,
-`aria-level`, `aria-expanded` (inner nodes), `aria-selected`, and `data-path` = the item id
-(the key path in keystr form). Keys: ArrowDown/Up move, ArrowRight expands or moves to the
-first child, ArrowLeft collapses or moves to the parent, Home/End, Enter selects; a click on
-the arrow toggles, a click on the row selects.
+`aria-level`, `aria-expanded` (inner nodes), `aria-selected`, and `data-path` = the key path
+in keystr form (an item's `path`, else its `id`: "" for the root; a range or a fold row has
+its own id). Keys: ArrowDown/Up move, ArrowRight expands or moves to the first child,
+ArrowLeft collapses or moves to the parent, Home/End, Enter selects; a click on the arrow
+toggles, a click on the row selects.
 """
 
 from __future__ import annotations

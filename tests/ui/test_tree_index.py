@@ -132,3 +132,37 @@ def test_siblings_of_one_structure_fold_into_one_row_that_opens_as_before():
     # Leaves never fold (ranges group them), nor do two subtrees alone.
     assert index.children_of("['h'][0]") == ["['h'][0]['attn']", "['h'][0]['mlp']"]
     assert _index({"a": [layer] * 2}).children_of("['a']") == ["['a'][0]", "['a'][1]"]
+
+
+def test_numbered_keys_show_in_natural_order_with_jax_order_stated():
+    h = {f"h.{i}": np.full(1, i, np.float32) for i in (0, 1, 2, 10, 11)}
+    tree = {"h": h, "l": [np.zeros(1, np.float32)] * 12}
+    index = TreeIndex(inspector.describe(tree))
+    items, _ = index.items([ROOT_ID, "['h']", "['l']"], root_label="t")
+    shown_h = [c["id"] for c in items[0]["items"][0]["items"]]
+    assert shown_h == [f"['h']['h.{i}']" for i in (0, 1, 2, 10, 11)]
+    # JAX's order is the text order: the flattening keeps it (the rows, leaf numbers)
+    jax_order = [jax_path for jax_path, _ in _flat_paths(tree["h"])]
+    assert jax_order == ["['h.0']", "['h.1']", "['h.10']", "['h.11']", "['h.2']"]
+    assert [index.rows[i].key for i in index.row_children(index.row_of("['h']"))] == jax_order
+    assert items[0]["items"][0]["secondary"].endswith(
+        "natural key order; JAX's order (keys sorted as text) puts ['h.10'] before ['h.2']")
+    shown_l = [c["id"] for c in items[0]["items"][1]["items"]]
+    assert shown_l == [f"['l'][{i}]" for i in range(12)]  # [2] before [10], as JAX has it
+    assert "natural" not in items[0]["items"][1]["secondary"]
+    # the leaf of 'h.10' still reads its own value (position in JAX's leaves: 2)
+    assert index.leaf_number[index.row_of("['h']['h.10']")] == 2
+    assert index.reveal("['h']['h.10']") == [ROOT_ID, "['h']"]
+
+
+def test_the_root_item_carries_its_keystr_path():
+    index = TreeIndex(inspector.describe({"a": np.zeros(2)}))
+    items, _ = index.items([ROOT_ID])
+    assert items[0]["path"] == "" and items[0]["id"] == ROOT_ID
+    assert "path" not in items[0]["items"][0]  # its id is its key path already
+
+
+def _flat_paths(tree):
+    import jax
+
+    return [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]]

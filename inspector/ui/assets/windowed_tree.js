@@ -50,7 +50,7 @@ export function render({ model, el }) {
     div.setAttribute("aria-level", r.level)
     div.setAttribute("aria-setsize", 1)
     div.setAttribute("aria-selected", key(r.path) === activeKey ? "true" : "false")
-    div.setAttribute("data-path", r.item.id)
+    div.setAttribute("data-path", "path" in r.item ? r.item.path : r.item.id)
     div.setAttribute("aria-label", r.item.label.replace(/\u2003/g, " "))
     if (r.hasKids) div.setAttribute("aria-expanded", r.isOpen ? "true" : "false")
     const toggle = document.createElement("span")

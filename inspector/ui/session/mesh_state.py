@@ -93,7 +93,7 @@ class MeshState(param.Parameterized):
 
         tree = structure_of(loaded.tree)
         _, treedef = jax.tree_util.tree_flatten(tree, is_leaf=lambda n: n is not tree)
-        ids = [loaded.index.rows[i].path for i in loaded.index.children[0]]
+        ids = [loaded.index.rows[i].path for i in loaded.index.row_children(0)]
         return treedef.unflatten([entries.get(i) for i in ids])
 
     @param.depends("axes", "specs", "checking", watch=True)

@@ -67,16 +67,44 @@ class TreeIndex:
         # Children as flat arrays (CSR), not a list per node: a 100k-leaf tree would add 170k
         # objects for the garbage collector to walk on every full collection of the server.
         self.parent = np.asarray(parent, np.int64)
-        self._position = np.asarray(position, np.int64)
+        self._row_position = np.asarray(position, np.int64)  # in JAX's (the rows') order
         self._ptr = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=self._ptr[1:])
         self._kids = np.empty(max(n - 1, 0), np.int64)
-        self._kids[self._ptr[self.parent[1:]] + self._position[1:]] = np.arange(1, n)
-        self.children = _Children(self._ptr, self._kids)
+        self._kids[self._ptr[self.parent[1:]] + self._row_position[1:]] = np.arange(1, n)
+        # Shown in natural key order (`h.2` before `h.10`); JAX sorts dict keys as text.
+        self._shown = self._kids.copy()
+        self._position = self._row_position.copy()
+        self.reordered: dict[int, tuple[str, str]] = {}  # parent -> (a key JAX puts first,
+        #                                                    the key shown first)
+        # Only parents with two or more numbered keys can differ (a few % of the nodes).
+        numbered = np.fromiter((_DIGITS.search(r.key) is not None for r in rows), bool, n)
+        numbered[0] = False
+        twice = np.bincount(self.parent[numbered], minlength=n) > 1 if n > 1 else []
+        for p in np.flatnonzero(twice):
+            self._natural_order(int(p))
+        self.children = _Children(self._ptr, self._shown)
         self._frame = None
         self._leaves = None
         self._folds: dict[int, list] = {}
         self._lock = threading.Lock()
+
+    def _natural_order(self, p: int) -> None:
+        """Orders the children of row `p` by natural key order, if that differs from JAX's."""
+        a, b = self._ptr[p], self._ptr[p + 1]
+        kids = self._kids[a:b]
+        keys = [self.rows[j].key for j in kids]
+        order = sorted(range(len(keys)), key=lambda k: natural_key(keys[k]))
+        if order == list(range(len(keys))):
+            return
+        self._shown[a:b] = kids[order]
+        self._position[kids[order]] = np.arange(len(order))
+        first = next(k for k, o in enumerate(order) if o != k)
+        self.reordered[p] = (keys[first], keys[order[first]])
+
+    def row_children(self, i: int) -> list[int]:
+        """The child rows of row `i` in JAX's order (its flattening order), not as shown."""
+        return self._kids[self._ptr[i]:self._ptr[i + 1]].tolist()
 
     @property
     def root(self):
@@ -118,8 +146,8 @@ class TreeIndex:
 
     def _end(self, i: int) -> int:
         """One past the last row of the subtree of row `i` (rows are in pre-order)."""
-        while i > 0:
-            p, k = int(self.parent[i]), int(self._position[i])
+        while i > 0:  # the next sibling in JAX's order, which the rows follow
+            p, k = int(self.parent[i]), int(self._row_position[i])
             if k + 1 < self.children.count(p):
                 return int(self._kids[self._ptr[p] + k + 1])
             i = p
@@ -273,6 +301,8 @@ class TreeIndex:
             if text:
                 label += f"{_SEP}= {text}"
         item = {"id": node_id, "label": label, "icon": self._icon(entry)}
+        if entry[0] == "node" and entry[1] == 0:
+            item["path"] = self.rows[0].path  # the keystr of the root: ''
         if secondary:
             item["secondary"] = secondary
         if self._has_children(entry):
@@ -363,7 +393,15 @@ class TreeIndex:
             return _SEP.join([key, "None"]), ""
         kind = row.type_name if row.kind in ("dict", "list", "tuple") else row.kind
         return (_SEP.join([key, f"{kind} of {row.n_children:,}"]),
-                _totals(row.n_leaves, row.n_params, row.nbytes))
+                _totals(row.n_leaves, row.n_params, row.nbytes) + self.order_note(entry[1]))
+
+    def order_note(self, i: int) -> str:
+        """For a node whose children are shown in another order than JAX's, what JAX's is."""
+        if i not in self.reordered:
+            return ""
+        jax_first, shown_first = self.reordered[i]
+        return f" · natural key order; JAX's order (keys sorted as text) puts {jax_first} " \
+               f"before {shown_first}"
 
     def _icon(self, entry) -> str:
         return _ICONS["range"] if entry[0] != "node" else _ICONS.get(
@@ -395,6 +433,18 @@ class TreeIndex:
                     "sharding": [r.sharding or "" for r in rows],
                 })
             return self._frame
+
+
+def natural_key(key: str) -> list:
+    """Sorts numbered keys by number: `['h.2']` before `['h.10']`, `[2]` before `[10]`.
+
+    >>> sorted(["['h.10']", "['h.2']", "['h.1']"], key=natural_key)
+    ["['h.1']", "['h.2']", "['h.10']"]
+    """
+    return [int(c) if k % 2 else c for k, c in enumerate(_DIGITS.split(key))]
+
+
+_DIGITS = re.compile(r"(\d+)")
 
 
 class _Children:

@@ -67,7 +67,7 @@ def index_tree_for(loaded: LoadedTree, texts: dict):
     if isinstance(tree, inspector.PackedTree):
         tree = tree.treedef.unflatten([None] * tree.n_leaves)
     values, treedef = jax.tree_util.tree_flatten(tree, is_leaf=lambda n: n is not tree)
-    ids = [index.rows[i].path for i in index.children[0]]
+    ids = [index.rows[i].path for i in index.row_children(0)]
     return treedef.unflatten([parsed.get(i) for i in ids])
 
 
@@ -98,7 +98,7 @@ class IndexSettings(OpSettings):
             tree_name = names.get(tree_name, tree_name)
             index = trees[tree_name].index
             fields = {f for f, _ in index_fields(index)}
-            ids = [index.rows[i].path for i in index.children[0]] or [ROOT_ID]
+            ids = [index.rows[i].path for i in index.row_children(0)] or [ROOT_ID]
             texts[tree_name] = {i: v for i, v in zip(ids, given, strict=False) if i in fields}
         self.texts = texts
         return [names.get(n, n) for n in values["texts"]]
@@ -187,7 +187,7 @@ def _leaf_rows(index: TreeIndex, i: int):
         if index.rows[j].kind == "leaf":
             yield j
         else:
-            stack.extend(reversed(index.children[j]))
+            stack.extend(reversed(index.row_children(j)))
 
 
 def _indexed_shape(shape, idx) -> tuple:
