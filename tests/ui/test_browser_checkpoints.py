@@ -73,7 +73,8 @@ def test_opening_a_file_through_the_picker(page):
     leaf = node(page, "['extra_tree']['x']")
     leaf.wait_for()
     assert "int32[5]" in leaf.inner_text()
-    assert page.get_by_text("file third.npz", exact=False).count() >= 1
+    # the sidebar's list is patched beside the tree, not before it: wait for it too
+    page.get_by_text("file third.npz", exact=False).first.wait_for()
 
 
 def test_comparing_the_two_files_shows_the_badges(page):
