@@ -10,7 +10,8 @@ b.safetensors --no-show`), and drives headless chromium:
 1. session 1 opens the page: the weighted-sum form has both checkpoints selected with weights
    1/2; it presses Run and waits for the `role="status"` announcement; the server's peak
    resident memory during that first run is compared with inputs + output (target: <= 1.25x);
-2. it types new weights (Enter) `--changes` times and times each until the status region
+2. it types new weights (Enter) `--changes` times 0.5 s after the last result, and as many
+   times while that result's timed repeats run, timing each until the status region
    announces the new run (target: median <= 1.0 s; also shown as a ratio to the physical limit,
    the bytes the sum moves divided by this machine's copy bandwidth measured in the same run);
 3. it closes; `--sessions` more sessions each open, run the sum and close; the server's
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
 import inspector  # noqa: E402
+from inspector.ui.session.state import REPEAT_DELAY  # noqa: E402
 from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, stop  # noqa: E402
 from tests.ui.test_browser_working_set import listening  # noqa: E402
 
@@ -165,15 +167,20 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
     wait_status_change(page, before)
     out = {"first": time.perf_counter() - start, "changes": [],
            "first_peak": rss.peak() if rss is not None else 0}
-    for i in range(changes):
-        w = 0.1 + 0.8 * (i + 1) / (changes + 1)
+    out["busy"] = []
+    for i in range(2 * changes):
+        w = 0.1 + 0.8 * (i + 1) / (2 * changes + 1)
         before = status_text(page)
-        time.sleep(0.5)  # a user reads the result: the timed repeats of the last run go on
+        # A user reads the result, then types the next weight: 0.5 s after the result (before
+        # its timed repeats start), or while the repeats run (the change waits for the one
+        # execution in flight).
+        busy = i % 2 == 1
+        time.sleep(REPEAT_DELAY + 0.3 if busy else 0.5)
         start = time.perf_counter()
         fields[0].fill(f"{w:.3f}")
         fields[0].press("Enter")
         wait_status_change(page, before)
-        out["changes"].append(time.perf_counter() - start)
+        out["busy" if busy else "changes"].append(time.perf_counter() - start)
     context.close()
     return out
 
@@ -249,22 +256,28 @@ def main() -> None:
         gbps = copy_gbps()
         moved = in_bytes + out_bytes
         limit = moved / (gbps * 1e9)
-        times = first["changes"]
-        med = statistics.median(times)
+        times, busy = first["changes"], first["busy"]
+        med = statistics.median(times + busy)
         first_peak = first["first_peak"]
         print(f"\nserver idle: {idle / MB:.0f} MB; this machine copies at {gbps:.1f} GB/s now, "
               f"so the sum's physical limit is {limit * 1e3:.0f} ms "
               f"({moved / 1e9:.1f} GB moved); changes: "
-              + ", ".join(f"{t:.2f}" for t in times) + " s")
+              + ", ".join(f"{t:.2f}" for t in times) + " s; during repeats: "
+              + ", ".join(f"{t:.2f}" for t in busy) + " s")
         print("| measure | value | target |\n|---|---|---|")
         print(f"| first run: Run pressed -> status (reads both files) | {first['first']:.1f} s | |")
-        print(f"| weight change -> status updated, median (min-max) | {med:.2f} s "
-              f"({min(times):.2f}-{max(times):.2f}); {med / limit:.1f}x the limit "
-              f"| <= 1.0 s {'ok' if med <= 1.0 else 'MISSED'} |")
+        print(f"| weight change -> status updated, median (min-max), all {len(times + busy)} "
+              f"| {med:.2f} s ({min(times + busy):.2f}-{max(times + busy):.2f}); "
+              f"{med / limit:.1f}x the limit | <= 1.0 s {'ok' if med <= 1.0 else 'MISSED'} |")
+        for label, ts in (("0.5 s after the last result", times),
+                          ("during the last run's timed repeats", busy)):
+            m = statistics.median(ts)
+            print(f"| - {label} | {m:.2f} s ({min(ts):.2f}-{max(ts):.2f}); "
+                  f"{m / limit:.1f}x the limit | |")
         print(f"| first-run peak server RSS | {first_peak / 1e9:.2f} GB = "
               f"{first_peak / moved:.2f} x (inputs + output) "
               f"| <= 1.25 x {'ok' if first_peak <= 1.25 * moved else 'MISSED'} |")
-        print(f"| peak server RSS over the first session ({args.changes} changes, their "
+        print(f"| peak server RSS over the first session ({2 * args.changes} changes, their "
               f"repeats) | {session_peak / 1e9:.2f} GB = {session_peak / moved:.2f} x | |")
         grew = after_more - after_first
         print(f"| RSS after the first session / after {args.sessions} more, cleaned up | "
@@ -273,7 +286,7 @@ def main() -> None:
         print(f"| closed sessions' memory given back within (first / {args.sessions} more; "
               f"their peak {more_peak / 1e9:.2f} GB) | {freed_first:.1f} s / {freed_more:.1f} s "
               "| |")
-        print(f"| whole first session (open, run, {args.changes} weight changes) | "
+        print(f"| whole first session (open, run, {2 * args.changes} weight changes) | "
               f"{first_total:.1f} s | |")
     finally:
         rss.close()

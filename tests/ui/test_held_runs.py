@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from inspector.core import memory, working_set
+from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.state import InspectorState
 from tests.core.test_streaming import Tracker
@@ -115,8 +116,10 @@ def test_a_run_over_the_budget_streams_into_a_file_with_its_progress():
     values, loaded = checkpoints(tracker)
     working_set.set_budget(1000)  # far below inputs + output
     s = session(loaded, [0.25, 0.75])
-    seen = []
+    seen, full, bar = [], [], OperationPanel(s).progress
     s.param.watch(lambda e: seen.append((e.new, s.status)), "progress")
+    bar.param.watch(lambda e: e.new and bar.variant == "determinate" and e.new == 100
+                    and full.append(e.new), "value")
     s.param.trigger("run")
     assert s.error == ""
     assert s.result.cost.get("streamed") and s.held == []
@@ -128,7 +131,9 @@ def test_a_run_over_the_budget_streams_into_a_file_with_its_progress():
     assert [p for p, _ in shown] == sorted(p for p, _ in shown)
     assert re.fullmatch(r"Writing the result to a file \(larger than the memory budget\): "
                         r"3 / 3 leaves, [0-9.]+ [KMG]?i?B/s", shown[-1][1])
+    assert full == [100]  # the bar showed the leaves written, up to 100%
     assert s.progress is None and s.status == ""  # done: the bar goes back
+    assert bar.variant == "indeterminate"
     s.close()
 
 
@@ -144,3 +149,24 @@ def test_the_default_budget_follows_the_memory_free_now(monkeypatch):
     assert working_set.budget() == 5 * 10**9 and working_set.budget_is_set()
     working_set.set_budget(None)
     assert working_set.budget() == int(working_set.DEFAULT_FRACTION * (2 * 10**9 + held))
+
+
+def test_timed_repeats_wait_for_a_quiet_moment_and_a_new_run_ends_the_wait():
+    import threading
+    import time
+
+    from inspector.ui.session.held_runs import Cancelled, HeldRuns
+
+    runs = HeldRuns()
+    generation = runs.new_generation()
+    start = time.monotonic()
+    runs.wait_quiet(generation, 0.2)  # nothing newer: it waits the whole time
+    assert time.monotonic() - start >= 0.2
+    threading.Timer(0.1, runs.new_generation).start()
+    start = time.monotonic()
+    with pytest.raises(Cancelled):
+        runs.wait_quiet(generation, 30)
+    assert time.monotonic() - start < 5  # woken by the newer run, not after 30 s
+    with pytest.raises(Cancelled):
+        runs.wait_quiet(generation, 30)  # already stale: at once
+    runs.close()

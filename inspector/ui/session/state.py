@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import time
 import traceback
 
@@ -17,6 +18,7 @@ import param
 
 import inspector
 from inspector import examples
+from inspector.core import memory
 from inspector.ui.session.example_sets import EXAMPLE_SETTINGS, example_trees
 from inspector.ui.session.held_runs import Cancelled, HeldRuns
 from inspector.ui.session.hosts import led_keep, led_run, shared_now, spans_hosts
@@ -38,6 +40,11 @@ def error_text(exc: BaseException, root: str = "") -> str:
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f"\n  at {where[0].filename}:{where[0].lineno}" if where else ""
     return relative_to_root(f"Unexpected {type(exc).__name__}: {exc}{at}", root)
+
+
+REPEAT_DELAY = 1.0
+"""Seconds a served session waits after showing a result before timing its repeats: a user
+still changing weights gets each result without waiting for repeats of the last one."""
 
 
 class InspectorState(param.Parameterized):
@@ -178,6 +185,10 @@ class InspectorState(param.Parameterized):
         self.runs.close()
         self._queue.clear()
         self.param.update(result=None, history=[], trees={}, held=[], diff_result=None)
+        # Buffers can hang in reference cycles (an exception's traceback holds the frames of
+        # the run it stopped): collect them now, not whenever the cyclic collector next runs.
+        gc.collect()
+        memory.give_back()
 
     # Loading ----------------------------------------------------------------------------------
 
@@ -517,6 +528,8 @@ class InspectorState(param.Parameterized):
         cancelled by the next run; the timing card and history then show their median."""
 
         def work():
+            if self.background:  # not while the user is still changing settings
+                self.runs.wait_quiet(generation, REPEAT_DELAY)
             return self.runs.repeat(job, loaded, device, repeats, generation, first)
 
         def done(rr, exc):
