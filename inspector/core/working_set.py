@@ -27,6 +27,7 @@ import numpy as np
 
 from inspector.core import memory
 from inspector.core.devices import device_name, resolve_device
+from inspector.core.errors import InspectorError
 from inspector.core.lazy import read_ahead
 from inspector.core.packed import PackedTree, plan_layout
 
@@ -138,6 +139,7 @@ class WorkingSet:
     """
 
     def __init__(self):
+        self._closed = False
         with _LOCK:
             self._names: dict[str, _Entry] = {}
             _HOLDERS[id(self)] = self._names
@@ -160,6 +162,9 @@ class WorkingSet:
         """
         device = resolve_device(device)
         with _LOCK:
+            if self._closed:
+                raise InspectorError("This working set was closed (its session ended): "
+                                     "make a new one.")
             entries: dict[str, _Entry] = {}
             fresh: dict[tuple, _Entry] = {}
             needed = extra_bytes
@@ -245,7 +250,10 @@ class WorkingSet:
                     _release(id(self), entry)
 
     def close(self) -> None:
-        """Lets go of everything and gives freed memory back to the OS (a session ending)."""
+        """Lets go of everything and gives freed memory back to the OS (a session ending);
+        holding more afterwards raises."""
+        with _LOCK:
+            self._closed = True
         self.release()
         memory.give_back()
 

@@ -85,6 +85,10 @@ def test_close_releases_the_buffers():
     gc.collect()
     assert all(ref() is None for ref in buffers)
     assert working_set.held_bytes() == 0
+    with pytest.raises(inspector.InspectorError, match=r"working set was closed \(its session "
+                       r"ended\): make a new one"):
+        ws.hold({"a": {"w": np.ones((1000,), np.float32)}})  # a run still queued reads nothing
+    assert working_set.held_bytes() == 0
 
 
 def test_a_reloaded_tree_is_read_again():

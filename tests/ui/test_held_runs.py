@@ -12,6 +12,7 @@ import pytest
 
 from inspector.core import memory, working_set
 from inspector.ui.operation_panel import OperationPanel
+from inspector.ui.session.held_runs import Cancelled
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.state import InspectorState
 from tests.core.test_streaming import Tracker
@@ -78,10 +79,17 @@ def test_sessions_opening_the_same_checkpoints_share_one_copy_freed_by_the_last(
     assert tracker.reads == 2 * len(SHAPES)  # still not read again
     np.testing.assert_allclose(result_leaf(two, "emb"), expected(values, [1, -1], "emb"),
                                atol=1e-6)
+    job = two.job()
+    shown = two.result.result.buffers["float32"]
     two.close()
+    assert shown.is_deleted()  # freed at once, whatever still refers to it
     gc.collect()
     assert working_set.held_bytes() == before
     assert all(ref() is None for ref in copy)
+    reads = tracker.reads
+    with pytest.raises(Cancelled):  # a run still queued when the session ended
+        two.runs.run_once(job, {t.name: t for t in loaded}, None)
+    assert tracker.reads == reads and working_set.held_bytes() == before
 
 
 def test_weight_changes_and_repeats_write_into_the_shown_result_until_it_is_kept():
@@ -155,7 +163,7 @@ def test_timed_repeats_wait_for_a_quiet_moment_and_a_new_run_ends_the_wait():
     import threading
     import time
 
-    from inspector.ui.session.held_runs import Cancelled, HeldRuns
+    from inspector.ui.session.held_runs import HeldRuns
 
     runs = HeldRuns()
     generation = runs.new_generation()
@@ -170,3 +178,10 @@ def test_timed_repeats_wait_for_a_quiet_moment_and_a_new_run_ends_the_wait():
     with pytest.raises(Cancelled):
         runs.wait_quiet(generation, 30)  # already stale: at once
     runs.close()
+
+
+def test_rates_near_a_unit_boundary_read_as_numbers():
+    from inspector.ui.session.formatting import human_bytes
+
+    assert [human_bytes(n) for n in (1000 * 1024, 1023 * 1024, 1024 * 1024, 1536)] == [
+        "0.977 MiB", "0.999 MiB", "1 MiB", "1.5 KiB"]  # `.3g` alone wrote '1e+03 KiB'

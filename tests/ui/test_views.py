@@ -142,10 +142,15 @@ def test_a_typed_weight_applies_on_enter_every_time(state):
         runs += 1
         assert len(state.history) == runs  # each Enter re-ran the sum, the same weight too
         assert state.run_status.startswith("weighted_sum finished in ")
+    for typed in ("0.3", "0.3"):  # the browser sends `value` and `enter_pressed`: one run
+        field.param.update(value_input=typed, value=typed)
+        field.param.trigger("enter_pressed")
+        runs += 1
+        assert len(state.history) == runs and state.ops["weighted_sum"].weights[0] == 0.3
     field.value_input = "1e"
     field.param.trigger("enter_pressed")
     assert state.form_error == "w0: '1e' is not a number."
-    assert state.ops["weighted_sum"].weights[0] == 0.1
+    assert state.ops["weighted_sum"].weights[0] == 0.3
 
 
 def test_index_form_parses_as_you_type(state):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 import panel as pn
 import panel_material_ui as pmui
@@ -18,6 +19,7 @@ class WeightedSumForm(pn.viewable.Viewer):
     def __init__(self, settings, state, **params):
         super().__init__(**params)
         self._settings, self._state = settings, state
+        self._last_event = None  # (field, text, event, time) of the last edit applied
         self.names = pmui.MultiChoice(label="Trees to sum, in order", options=list(state.trees),
                                       value=list(settings.trees), sizing_mode="stretch_width")
         self.names.param.watch(self._on_names, "value")
@@ -65,15 +67,24 @@ class WeightedSumForm(pn.viewable.Viewer):
             slider = pmui.FloatSlider(start=lo, end=hi, step=0.01, value=w, show_value=False,
                                       sizing_mode="stretch_width", align="center",
                                       margin=(5, 15))
-            number.param.watch(lambda e, i=i: self._on_text(i, e.obj), ["value", "enter_pressed"])
+            number.param.watch(lambda e, i=i: self._on_text(i, e.obj, e.name),
+                               ["value", "enter_pressed"])
             slider.param.watch(lambda e, i=i: self._set_weight(i, e.new), "value")
             self.inputs.append(number)
             self.sliders.append(slider)
             rows.append(pmui.Row(number, slider, sizing_mode="stretch_width", margin=0))
         self._rows[:] = rows
 
-    def _on_text(self, i: int, field) -> None:
+    def _on_text(self, i: int, field, event: str = "enter_pressed") -> None:
         text = str(field.value_input if field.value_input is not None else field.value).strip()
+        # Enter in the browser sends both the field's new `value` and `enter_pressed`: the
+        # first of the two applies the text, the second must not run the sum again.
+        now = time.monotonic()
+        last, self._last_event = self._last_event, (i, text, event, now)
+        if last is not None and last[:2] == (i, text) and last[2] != event \
+                and now - last[3] < 1.0:
+            self._last_event = None
+            return
         try:
             # As typed: "4" is the integer 4 (integer trees with integer weights stay integer).
             value = int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
@@ -85,9 +96,10 @@ class WeightedSumForm(pn.viewable.Viewer):
             return
         weights = list(self._settings.weights)
         if i < len(weights) and weights[i] == value:
-            # The same weight typed again after another edit: run it again all the same
-            # (Enter always applies what the field shows).
-            self._settings.param.trigger("weights")
+            if event == "enter_pressed":
+                # The same weight typed again after another edit: run it again all the same
+                # (Enter always applies what the field shows).
+                self._settings.param.trigger("weights")
             return
         self._set_weight(i, value)
 

@@ -11,11 +11,17 @@ _COUNT_UNITS = ("", "K", "M", "B", "T")
 
 
 def human_bytes(n: int | float) -> str:
-    """`1536` -> `'1.5 KiB'`; bytes below 1024 are exact (`'24 B'`)."""
+    """`1536` -> `'1.5 KiB'`; bytes below 1024 are exact (`'24 B'`); never '1e+03 KiB'.
+
+    >>> human_bytes(1536), human_bytes(24), human_bytes(1023 * 1024)
+    ('1.5 KiB', '24 B', '0.999 MiB')
+    """
     n = float(n)
     if n < 1024:
         return f"{int(n)} B"
     exp = min(int(math.log(n, 1024)), len(_BYTE_UNITS) - 1)
+    if n / 1024**exp >= 999.5 and exp < len(_BYTE_UNITS) - 1:
+        exp += 1  # 1000-1023 KiB as 0.98 MiB: `.3g` would write '1e+03 KiB'
     return f"{n / 1024**exp:.3g} {_BYTE_UNITS[exp]}"
 
 

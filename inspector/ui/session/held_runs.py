@@ -46,6 +46,14 @@ def _holdable(tree) -> bool:
         for x, is_lazy in zip(leaves, lazy, strict=True))
 
 
+def _free(result) -> None:
+    """Frees a packed result's device buffers at once (JAX arrays deleted)."""
+    if isinstance(result, PackedTree):
+        for buffer in result.buffers.values():
+            if hasattr(buffer, "delete") and not buffer.is_deleted():
+                buffer.delete()
+
+
 def _address(buffer):
     """Where a buffer's memory is (two array objects can share it: a device_put no-op)."""
     try:
@@ -71,6 +79,7 @@ class HeldRuns:
         self._generation = 0
         self._lock = threading.Lock()
         self._newer = threading.Event()  # set when a run newer than the current one starts
+        self._closed = False
         self.streamed_dir = None
         self._last = None  # the last result (packed), whose buffers the next run may reuse
 
@@ -113,6 +122,8 @@ class HeldRuns:
         Checkpoints (lazy leaves) and packed trees are held; other trees (sharded over a mesh,
         or with non-array leaves) are passed as they are.
         """
+        if self._closed:  # the session ended while this run waited: read nothing again
+            raise Cancelled
         flat = _flat(job.args)
         ids = {id(a) for a in flat}
         by_id = {id(t.tree): n for n, t in trees.items() if id(t.tree) in ids and _holdable(t.tree)}
@@ -154,6 +165,9 @@ class HeldRuns:
         rr, _ = self._execute(job, trees, device)
         if rr is None:
             rr = self._streamed(job, device, progress)
+        if self._closed:  # the session ended while it ran: nobody will see it
+            _free(rr.result)
+            raise Cancelled
         self._last = rr.result if isinstance(rr.result, PackedTree) else None
         return rr
 
@@ -173,6 +187,10 @@ class HeldRuns:
             times.extend(rr.times)
             if donated:  # the shown result's buffers now hold this run's (equal) output
                 first.result.buffers.update(rr.result.buffers)
+            if self._closed:
+                _free(rr.result)
+                _free(first.result)
+                raise Cancelled
         return dataclasses.replace(first, times=tuple(times))
 
     def _streamed(self, job, device, progress=None):
@@ -202,7 +220,11 @@ class HeldRuns:
 
     def close(self) -> None:
         """Releases the working set and any streamed results (a session ending)."""
+        self._closed = True
         self.new_generation()
+        # Freed now, whoever still refers to it (work in flight, callbacks of the ended page):
+        # a result is this session's own (a kept one is a tree, pinned, and not freed here).
+        _free(self._last)
         self._last = None
         self.working.close()
         if self.streamed_dir:

@@ -184,7 +184,10 @@ class InspectorState(param.Parameterized):
         set, the result, the history and the loaded trees; freed memory goes back to the OS."""
         self.runs.close()
         self._queue.clear()
-        self.param.update(result=None, history=[], trees={}, held=[], diff_result=None)
+        # Without events: the page's views are gone (updating their Bokeh models would raise
+        # and leave the rest of this undone).
+        with param.parameterized.discard_events(self):
+            self.param.update(result=None, history=[], trees={}, held=[], diff_result=None)
         # Buffers can hang in reference cycles (an exception's traceback holds the frames of
         # the run it stopped): collect them now, not whenever the cyclic collector next runs.
         gc.collect()
@@ -638,4 +641,7 @@ def _call(work):
     try:
         return work(), None
     except Exception as exc:
+        # The traceback keeps the frames' locals (a run's input and output buffers) alive for
+        # as long as the error is; only where it happened is shown (`error_text`).
+        traceback.clear_frames(exc.__traceback__)
         return None, exc
