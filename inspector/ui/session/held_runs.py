@@ -54,6 +54,12 @@ def _free(result) -> None:
                 buffer.delete()
 
 
+def _aliases(result: PackedTree, args) -> bool:
+    used = {_address(b) for a in _flat(args) if isinstance(a, PackedTree)
+            for b in a.buffers.values()}
+    return any(_address(b) in used for b in result.buffers.values())
+
+
 def _address(buffer):
     """Where a buffer's memory is (two array objects can share it: a device_put no-op)."""
     try:
@@ -156,6 +162,10 @@ class HeldRuns:
         reusable = self._reusable(args)  # not one of the held inputs either
         with donating(reusable):
             rr = inspector.run(job.fn, *args, device=device, repeats=1, warmup=0)
+        if isinstance(rr.result, PackedTree) and _aliases(rr.result, args):
+            # The result shares an input's buffer (an index that keeps a whole axis): never
+            # hand it to a later run to write into.
+            rr = dataclasses.replace(rr, cost={**rr.cost, "aliases_input": 1.0})
         return rr, any(b.is_deleted() for b in reusable)
 
     def run_once(self, job, trees: dict, device, progress=None):
@@ -168,7 +178,8 @@ class HeldRuns:
         if self._closed:  # the session ended while it ran: nobody will see it
             _free(rr.result)
             raise Cancelled
-        self._last = rr.result if isinstance(rr.result, PackedTree) else None
+        self._last = rr.result if isinstance(rr.result, PackedTree) \
+            and not rr.cost.get("aliases_input") else None
         return rr
 
     def repeat(self, job, trees: dict, device, repeats: int, generation: int,
