@@ -88,6 +88,7 @@ class HeldRuns:
         self._closed = False
         self.streamed_dir = None
         self._last = None  # the last result (packed), whose buffers the next run may reuse
+        self._reusable_result = False  # whether the last execution's result may be `_last`
 
     def new_generation(self) -> int:
         """Marks a new run: timed repeats of older runs stop at their next repeat."""
@@ -162,24 +163,24 @@ class HeldRuns:
         reusable = self._reusable(args)  # not one of the held inputs either
         with donating(reusable):
             rr = inspector.run(job.fn, *args, device=device, repeats=1, warmup=0)
-        if isinstance(rr.result, PackedTree) and _aliases(rr.result, args):
-            # The result shares an input's buffer (an index that keeps a whole axis): never
-            # hand it to a later run to write into.
-            rr = dataclasses.replace(rr, cost={**rr.cost, "aliases_input": 1.0})
+        # A result sharing an input's buffer (an index keeping a whole axis) is never handed
+        # to a later run to write into.
+        self._reusable_result = isinstance(rr.result, PackedTree) and not _aliases(rr.result,
+                                                                                   args)
         return rr, any(b.is_deleted() for b in reusable)
 
     def run_once(self, job, trees: dict, device, progress=None):
         """Runs the job once on its held inputs and returns its `RunResult` (too big for the
         budget, a weighted sum is streamed into a file, reporting to `progress`, and its
         result opens lazily)."""
+        self._reusable_result = False
         rr, _ = self._execute(job, trees, device)
         if rr is None:
             rr = self._streamed(job, device, progress)
         if self._closed:  # the session ended while it ran: nobody will see it
             _free(rr.result)
             raise Cancelled
-        self._last = rr.result if isinstance(rr.result, PackedTree) \
-            and not rr.cost.get("aliases_input") else None
+        self._last = rr.result if self._reusable_result else None
         return rr
 
     def repeat(self, job, trees: dict, device, repeats: int, generation: int,
