@@ -183,7 +183,8 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         # The browser session ended: release its working set, result and trees at once.
         pn.state.on_session_destroyed(lambda context: state.close())
-        expire_when_closed(pn.state.curdoc)
+        if hosts is None:  # several hosts: followers mirror each session; keep Bokeh's pace
+            expire_when_closed(pn.state.curdoc)
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320)
     page.inspector = app  # for tests and the benchmark: the views of this session
     return page
