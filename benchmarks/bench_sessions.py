@@ -1,20 +1,23 @@
-"""Load: N concurrent browser sessions against one `panel serve inspector` process.
+"""Load: N concurrent sessions against one `panel serve inspector` process.
 
-    .venv/bin/python benchmarks/bench_sessions.py [--sessions 20] [--timeout 60]
+    .venv/bin/python benchmarks/bench_sessions.py [--sessions 20] [--pages 2] [--timeout 60]
 
 Serves the app with `panel serve inspector` on 127.0.0.1 (as `make serve` does, with its
-`--unused-session-lifetime`), then drives Debian's chromium with Playwright, one context per
-session: the sessions open the app one after another (first paint timed); then, all connected,
-every session at once loads an example (even sessions S5, odd ones the 20k-leaf transformer),
-runs S1's weighted sum, then changes a weight to a value no other session uses (the change
-re-runs it), and checks that it
-shows only its own trees and result; all stay open until the last is done and check again.
-Every interaction is timed from the keypress or click to the answer drawn in the page.
+`--unused-session-lifetime`; one page fetched first, so the server has imported the app).
+`--pages` sessions are Debian chromium pages driven by Playwright (opened one after another,
+first paint timed); the others are Bokeh websocket clients (`tests/ui/bokeh_client.py`: the
+messages a page sends, no browser, so the figures measure the server rather than twenty
+renderers on the same cores), opened at once ("client ready": connected, onload work done,
+the Run button in the document). Then every session at once loads an example (even sessions
+S5, odd ones the 20k-leaf transformer), runs S1's weighted sum, changes a weight to a value no
+other session uses (the change re-runs it), and checks that it shows only its own trees and
+result; all stay open until the last is done and check again. A page's interaction is timed
+from the click or keypress to the answer drawn; a client's, to the answer in its document.
 
-Prints first paint, example load and run / weight-change latencies (median, p95, max), the
-isolation verdicts and every error line of the server's log; exits 1 if a session saw another's
-trees or result, an interaction timed out, the p95 of runs and weight changes is 2 s or more, or
-the log has an error. Target (issue 11): 20 sessions, p95 < 2 s, no error.
+Prints first paint, client ready, example load and run / weight-change latencies (median, p95,
+max), the isolation verdicts and every error line of the server's log; exits 1 if a session
+saw another's trees or result, an interaction timed out, the p95 of runs and weight changes is
+2 s or more, or the log has an error. Target (issue 11): 20 sessions, p95 < 2 s, no error.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from inspector import examples  # noqa: E402
 from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, stop, wait_for  # noqa: E402
+from tests.ui.bokeh_client import BokehClient  # noqa: E402
 
 # Even sessions load S5, odd ones the 20k-leaf transformer: each must see its own, not the other.
 LOADS = [("S5: model vs old checkpoint", "checkpoint"),
@@ -102,19 +106,78 @@ async def _session(page, i: int, n: int, out: dict, all_done: asyncio.Barrier) -
                          await page.get_by_text(expected_leaf(10 + i)).count()))
 
 
-async def drive(url: str, n: int, timeout_ms: int) -> dict:
+def _trees(client: BokehClient) -> list[str]:
+    return [item.get("label") for m in client.find("MenuList1")
+            for item in (client.attr(m, "items") or [])]
+
+
+async def _client(url: str, i: int, n: int, out: dict, timeout: float, started: asyncio.Barrier,
+                  all_done: asyncio.Barrier) -> None:
+    """A session driven by a Bokeh websocket client (no browser): the same changes a page
+    sends, each timed until its answer is in the session's document."""
+    client = BokehClient(url)
+    tree_name, other = LOADS[i % 2][1], LOADS[(i + 1) % 2][1]
+
+    def one(kind, label):
+        ids = client.find(kind, label=label)
+        return ids[0] if ids else None
+
+    async def timed(key, action, answer):
+        start = time.perf_counter()
+        await action()
+        await client.wait(answer, timeout)
+        out[key].append(time.perf_counter() - start)
+
+    try:
+        start = time.perf_counter()
+        await client.connect(timeout)
+        await client.ready()  # as a drawn page: the page's onload work runs
+        await client.wait(lambda c: one("Button1", "Run") and one("TextInput1", "w2 · t3"),
+                          timeout)
+        out["ready"].append(time.perf_counter() - start)
+    except Exception as e:
+        out["failures"].append(f"client {i} (opening): {type(e).__name__}: {e}")
+    await started.wait()
+    try:
+        await client.set(one("Select1", "Built-in examples"), "value", LOADS[i % 2][0])
+        await timed("load", lambda: client.set(one("Button1", "Load example"), "value", True),
+                    lambda c: tree_name in _trees(c))
+        await timed("interaction", lambda: client.set(one("Button1", "Run"), "value", True),
+                    lambda c: expected_leaf(3) in c.texts())
+        await timed("interaction", lambda: client.set(one("TextInput1", "w2 · t3"), "value",
+                                                      str(10 + i)),
+                    lambda c: expected_leaf(10 + i) in c.texts())
+        out["isolation"].append((i, tree_name in _trees(client), int(other in _trees(client)),
+                                 int(expected_leaf(10 + (i + 1) % n) in client.texts())))
+        progress(f"client session {i} done")
+    except Exception as e:
+        out["failures"].append(f"client {i}: {type(e).__name__}: {str(e).splitlines()[0]}")
+    await all_done.wait()
+    out["final"].append((i, int(other in _trees(client)),
+                         int(expected_leaf(10 + i) in client.texts())))
+    await client.close()
+
+
+async def drive(url: str, n: int, timeout_ms: int, pages: int) -> dict:
     from playwright.async_api import async_playwright
 
     _T0[0] = time.perf_counter()
-    out: dict = {"first_paint": [], "load": [], "interaction": [], "isolation": [],
-                 "final": [], "failures": []}
+    out: dict = {"first_paint": [], "ready": [], "load": [], "interaction": [],
+                 "isolation": [], "final": [], "failures": []}
+    pages = min(pages, n)
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            opened = [await _open(browser, url, out, timeout_ms) for _ in range(n)]
+            opened = [await _open(browser, url, out, timeout_ms) for _ in range(pages)]
             all_done = asyncio.Barrier(n)
+            started = asyncio.Barrier(n - pages + 1)
+            clients = [asyncio.ensure_future(_client(url, i, n, out, timeout_ms / 1000,
+                                                     started, all_done))
+                       for i in range(pages, n)]
+            await started.wait()  # every client session opened: all act at once
+            progress(f"{n - pages} client sessions opened")
             await asyncio.gather(*(_session(page, i, n, out, all_done)
-                                   for i, (_, page) in enumerate(opened)))
+                                   for i, (_, page) in enumerate(opened)), *clients)
             for context, _ in opened:
                 await context.close()
         finally:
@@ -133,6 +196,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=60, help="seconds per interaction")
+    parser.add_argument("--pages", type=int, default=2, help="sessions that are chromium "
+                        "pages; the others are Bokeh websocket clients (tests/ui/bokeh_client)")
     args = parser.parse_args()
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,17 +211,19 @@ def main() -> int:
             try:
                 wait_for(f"http://127.0.0.1:{port}/liveness", proc)
                 start = time.perf_counter()
+                # a first page: the server imports the app once, as when it starts
+                wait_for(f"http://127.0.0.1:{port}/inspector", proc)
                 out = asyncio.run(drive(f"http://127.0.0.1:{port}/inspector", args.sessions,
-                                        int(args.timeout * 1000)))
+                                        int(args.timeout * 1000), args.pages))
                 total = time.perf_counter() - start
             finally:
                 stop(proc)
         errors = [line for line in log_path.read_text().splitlines()
                   if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
     print(f"\n{args.sessions} sessions against one server, {total:.0f} s in all")
-    for key in ("first_paint", "load", "interaction"):
-        print(summary({"interaction": "run / weight", "load": "load example"}.get(key, key),
-                      out[key]))
+    for key in ("first_paint", "ready", "load", "interaction"):
+        print(summary({"interaction": "run / weight", "load": "load example",
+                       "ready": "client ready"}.get(key, key), out[key]))
     bad = [f"session {i}: own tree shown {own}, other's tree {other}x, another's result "
            f"{theirs}x" for i, own, other, theirs in out["isolation"]
            if not own or other or theirs]
