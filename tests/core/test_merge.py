@@ -337,6 +337,24 @@ def test_ties_keeps_exactly_k_when_magnitudes_tie():
     np.testing.assert_array_equal(ref.trim(a["w"].astype(np.float64), 0.5), out["w"])
 
 
+def test_kth_largest_search_is_exact_on_skewed_and_coarse_data():
+    import jax.numpy as jnp
+
+    from inspector.core.merge import kernels
+
+    rng = np.random.default_rng(7)
+    n = 50_000
+    x = np.stack([np.exp(8 * rng.standard_normal(n)),  # magnitudes over ~14 decades
+                  np.where(rng.random(n) < 0.5, 1e-30, 1e30) * rng.random(n)]).astype(np.float32)
+    coarse = jnp.asarray(x).astype(jnp.bfloat16).astype(jnp.float32)  # bf16: many ties
+    for values in (jnp.asarray(x), coarse):
+        bits = jax.lax.bitcast_convert_type(jnp.abs(values), jnp.int32)
+        for ks in ([1, 2], [n // 10, n // 2], [n // 2 + 1, n - 1], [n, n // 7]):
+            got = np.asarray(kernels.kth_largest_bits(bits, jnp.array(ks, jnp.int32)))
+            want = np.sort(np.asarray(bits), axis=1)[:, ::-1][[0, 1], np.array(ks) - 1]
+            np.testing.assert_array_equal(got, want, err_msg=str(ks))
+
+
 @pytest.mark.parametrize("n", [1, 7, 100, 70_000])
 def test_kth_largest_by_bisection_matches_a_sort(n):
     import jax.numpy as jnp
