@@ -211,8 +211,10 @@ class Plan:
                 # Dispatch is asynchronous: without this wait the loop would read leaf after
                 # leaf while earlier kernels still hold theirs, and memory would not stay bounded.
                 jax.block_until_ready(streaming.pop(0))
+            # may_alias: a memory-mapped leaf 64-byte aligned in its file is used in place on
+            # the CPU (no copy; kernels never write their inputs unless donated)
             args = [
-                jax.device_put(np.asarray(a), call.target(i, self.device))
+                jax.device_put(np.asarray(a), call.target(i, self.device), may_alias=True)
                 if isinstance(a, LazyArray) else a
                 for i, a in enumerate(call.args)
             ]

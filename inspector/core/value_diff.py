@@ -53,7 +53,34 @@ class ValueStats:
     dot: float = 0.0
 
 
-def _stats_kernel(complex_: bool):
+def _stats_kernel(complex_: bool, size: int = 0):
+    if not complex_ and size:
+        return partial(_real_stats, careful=_careful_kernel(False), rows=math.gcd(size, 256))
+    return _careful_kernel(True)
+
+
+def _real_stats(tol, a, b, *, careful, rows: int):
+    """The seven figures of two real leaves, fast when every value is finite: three dot
+    products (XLA's dot is vectorised and threaded; a variadic reduction runs scalar code,
+    about 10x slower here) and max |d|, sum d^2 and the changed count over `rows` rows (row
+    partials: SIMD code, and the count stays exact). NaN or Inf anywhere makes some figure
+    non-finite; then the leaf is reduced again by the careful kernel, which knows which NaNs
+    and Infs match (and is exact where they do)."""
+    f32 = jnp.float32
+    x, y = a.reshape(-1).astype(f32), b.reshape(-1).astype(f32)
+    dots = jnp.stack([x @ x, y @ y, x @ y])
+    x2, y2 = x.reshape(rows, -1), y.reshape(rows, -1)
+    d = x2 - y2
+    abs_d = jnp.abs(d)
+    # 1 where |d| > atol + rtol |b|, else 0, without a select (selects are not vectorised)
+    changed = jnp.maximum(jnp.sign(abs_d - tol[1] - tol[0] * jnp.abs(y2)), 0.0)
+    count = jnp.sum(jnp.sum(changed, axis=1).astype(jnp.int32)).astype(f32)
+    fast = jnp.stack([f32(0), jnp.max(abs_d), jnp.sum(d * d), dots[0], dots[1], dots[2], count])
+    return jax.lax.cond(jnp.all(jnp.isfinite(fast)), lambda: fast,
+                        lambda: careful(tol, a, b))
+
+
+def _careful_kernel(complex_: bool):
     def kernel(tol, a, b):
         work = jnp.complex64 if complex_ else jnp.float32
         a, b = a.reshape(-1).astype(work), b.reshape(-1).astype(work)
@@ -93,7 +120,8 @@ def plan_leaf_value_stats(pairs, rtol: float = RTOL, atol: float = ATOL, device=
         complex_ = bool(jnp.issubdtype(da, jnp.complexfloating)
                         or jnp.issubdtype(db, jnp.complexfloating))
         key = ("value_stats", shape, str(da), str(db))
-        calls.append(Call(key, partial(_stats_kernel, complex_), [tol, _array(a), _array(b)]))
+        calls.append(Call(key, partial(_stats_kernel, complex_, math.prod(shape)),
+                          [tol, _array(a), _array(b)]))
         read += math.prod(shape) * (da.itemsize + db.itemsize)
     return Plan("value_stats", device, calls, list, read, 7 * 4 * len(calls))
 

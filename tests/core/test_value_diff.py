@@ -121,3 +121,23 @@ def test_subtree_figures_are_those_of_the_concatenated_leaves():
         assert s.rel_l2 == pytest.approx(rel, rel=1e-5)
         assert s.cosine == pytest.approx(cos, abs=1e-6)
         assert s.frac_changed == pytest.approx(frac, abs=1e-9)
+
+
+def test_matching_nans_and_infs_in_a_big_leaf_take_the_careful_path():
+    from inspector.core.value_diff import leaf_value_stats
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(4096).astype(np.float32)
+    b = a + np.float32(0.25) * (rng.random(4096) < 0.1).astype(np.float32)
+    for x in (a, b):
+        x[[5, 700]] = np.nan, np.inf  # the same in both: equal, not a change
+    s = leaf_value_stats([(a, b)])[0]
+    ok = np.isfinite(a)
+    x, y = a[ok].astype(np.float64), b[ok].astype(np.float64)
+    assert s.max_abs == pytest.approx(0.25) and s.size == 4096
+    assert s.frac_changed == np.count_nonzero(np.abs(x - y) > 1e-8 + 1e-5 * np.abs(y)) / 4096
+    assert s.rel_l2 == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x), rel=1e-5)
+    clean = leaf_value_stats([(np.where(ok, a, 0), np.where(ok, b, 0))])[0]  # the fast path
+    assert (clean.max_abs, clean.frac_changed) == (s.max_abs, s.frac_changed)
+    assert clean.rel_l2 == pytest.approx(s.rel_l2, rel=1e-5)
+    assert clean.cosine == pytest.approx(x @ y / np.linalg.norm(x) / np.linalg.norm(y), abs=1e-6)
