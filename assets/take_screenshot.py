@@ -1,9 +1,13 @@
-"""Takes assets/app.png: the served app with the S1 example and a weighted-sum result.
+"""Takes the README's pictures of the served app: the S1 example, a weighted-sum result, and the
+stats of one selected leaf, in the light and the dark theme.
 
-    .venv/bin/python assets/take_screenshot.py [--out assets/app.png] [--width 1680 --height 1050]
+    .venv/bin/python assets/take_screenshot.py                  # assets/app.png, app-dark.png
+    .venv/bin/python assets/take_screenshot.py --widths 900 1280 1680 1920 --themes light dark \
+        --out-dir /tmp/shots                                    # every width and theme
 
 Serves the real app (`panel serve inspector`) on a free port of 127.0.0.1 and drives Debian's
-chromium with Playwright (never a downloaded browser).
+chromium with Playwright (never a downloaded browser). The dark pictures are taken with the
+browser preferring a dark colour scheme, which the page follows.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+README_SHOTS = {("light", 1680): "app.png", ("dark", 1680): "app-dark.png"}
 
 
 def free_port() -> int:
@@ -53,27 +58,44 @@ def served_app(port: int):
         proc.wait(10)
 
 
+def shoot(browser, url: str, out: Path, width: int, height: int, theme: str) -> None:
+    """One picture: run the weighted sum, select the leaf `[0][0]` of the input tree."""
+    context = browser.new_context(viewport={"width": width, "height": height},
+                                  color_scheme="dark" if theme == "dark" else "light")
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(url)
+    page.get_by_role("treeitem").first.wait_for()
+    page.get_by_role("button", name="Run the current operation.").click()
+    page.locator(".timing-card").wait_for()
+    page.get_by_role("treeitem", name=re.compile(r"^weighted_sum")).first.wait_for()
+    page.locator('[role=treeitem][data-path="[0][0]"]').first.click()
+    page.locator(".leaf-stats").first.wait_for()
+    page.mouse.move(0, height - 1)  # no tooltip in the picture
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(out))
+    context.close()
+    print(f"wrote {out}")
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "assets" / "app.png"))
-    parser.add_argument("--width", type=int, default=1680)
+    parser.add_argument("--out-dir", default=str(ROOT / "assets"))
+    parser.add_argument("--widths", type=int, nargs="+", default=[1680])
+    parser.add_argument("--themes", nargs="+", choices=["light", "dark"],
+                        default=["light", "dark"])
     parser.add_argument("--height", type=int, default=1050)
     args = parser.parse_args()
+    out_dir = Path(args.out_dir)
     with served_app(free_port()) as url, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": args.width, "height": args.height})
-        page.goto(url)
-        page.get_by_role("treeitem").first.wait_for(timeout=30_000)
-        page.get_by_role("button", name="Run the current operation.").click()
-        page.locator(".timing-card").wait_for(timeout=30_000)
-        page.get_by_role("treeitem", name=re.compile(r"^weighted_sum")).first.wait_for()
-        page.mouse.move(0, args.height - 1)  # no tooltip in the picture
-        page.wait_for_timeout(800)
-        page.screenshot(path=args.out)
+        for theme in args.themes:
+            for width in args.widths:
+                name = README_SHOTS.get((theme, width), f"app-{theme}-{width}.png")
+                shoot(browser, url, out_dir / name, width, args.height, theme)
         browser.close()
-    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

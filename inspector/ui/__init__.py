@@ -10,7 +10,8 @@
                    `snippet.py` the run as code; `checkpoint_files.py`, `example_sets.py`.
 - `forms/`         one form per op, bound to its settings (`@form("op")`).
 - `operation_panel.py` tabs (one per registered op), preview, run controls, progress.
-- `tree_view.py`   TreeView (lazy tree + leaf search table), `leaf_stats.py` LeafStatsView.
+- `tree_view.py`   TreeView (lazy tree + leaf search table), `leaf_stats_view.py`
+                   LeafStatsView (numbers from `session/leaf_numbers.py`).
 - results          `result_view.py` (error, result tree, keep), `timing_card.py`,
                    `history_view.py`, `code_snippet.py` (copy as code).
 - `sidebar.py`     loaded trees, examples, file picker, device; `app.py` the page, `serve`;

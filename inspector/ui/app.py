@@ -12,6 +12,7 @@ import panel_material_ui as pmui
 from inspector.ui.diff_view import DiffView
 from inspector.ui.export import ExportView
 from inspector.ui.file_picker import FileOpener
+from inspector.ui.layout import columns, follow_browser_theme
 from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ResultView
@@ -95,12 +96,10 @@ class InspectorApp(pn.viewable.Viewer):
 
     def main(self) -> list:
         column = dict(sizing_mode="stretch_width", margin=(5, 5))
-        cards = [dict(title="Operation", width=450, margin=(5, 5)),
-                 dict(title="Result", min_width=380, **column)]
-        operate = pmui.Row(
-            pmui.Card(self.input, title="Input tree", min_width=380, **column),
-            *[pmui.Card(**card) for card in cards], sizing_mode="stretch_width",
-        )
+        cards = [dict(title="Operation", **column), dict(title="Result", **column)]
+        operate = columns(pmui.Card(self.input, title="Input tree", **column),
+                          *[pmui.Card(**card) for card in cards],
+                          sizes=(32, 32, 36), min_widths=(300, 420, 300))
 
         def fill():  # after the first paint: the input tree shows first
             # New cards, filled as built: adding to a drawn card redraws it twice.
@@ -186,6 +185,7 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
         if hosts is None:  # several hosts: followers mirror each session; keep Bokeh's pace
             expire_when_closed(pn.state.curdoc)
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320)
+    page.header = [follow_browser_theme()]
     page.inspector = app  # for tests and the benchmark: the views of this session
     return page
 

@@ -14,8 +14,9 @@ import panel as pn
 import panel_material_ui as pmui
 import param
 
-from inspector.ui.leaf_stats import LeafStatsView, short_values
+from inspector.ui.leaf_stats_view import LeafStatsView
 from inspector.ui.session.formatting import human_bytes, human_count, plural
+from inspector.ui.session.leaf_numbers import short_values
 from inspector.ui.windowed_tree import WindowedTree
 
 

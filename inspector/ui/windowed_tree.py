@@ -40,7 +40,7 @@ class WindowedTree(JSComponent):
       position: relative; overflow: auto; outline: none; contain: strict;
       font: 13.5px/1.5 Roboto, Helvetica, Arial, sans-serif;
       color: var(--mui-palette-text-primary, #1f1f1f);
-      background: var(--mui-palette-background-paper, transparent);
+      background: transparent;  /* the card's own colour, in either theme */
     }
     .wtree:focus-visible { box-shadow: inset 0 0 0 2px var(--mui-palette-primary-main, #1976d2); }
     .wtree-spacer { position: relative; width: 100%; }

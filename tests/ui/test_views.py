@@ -7,11 +7,11 @@ import re
 
 import numpy as np
 
-from inspector.ui import leaf_stats
 from inspector.ui.app import TITLE, create_app
 from inspector.ui.history_view import HistoryView
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ErrorView
+from inspector.ui.session import leaf_numbers
 from inspector.ui.sidebar import TreeListView
 from inspector.ui.timing_card import TimingCard
 from inspector.ui.tree_view import TreeView, _find
@@ -96,10 +96,10 @@ def test_search_filters_leaves_and_reveals_the_picked_one(state):
 
 
 def test_stats_of_nan_and_inf():
-    s = leaf_stats.leaf_stats(np.array([1.0, np.nan, 3.0, np.inf, -np.inf], np.float32))
+    s = leaf_numbers.leaf_stats(np.array([1.0, np.nan, 3.0, np.inf, -np.inf], np.float32))
     assert (s["min"], s["max"], s["mean"], s["nan"], s["inf"]) == (1.0, 3.0, 2.0, 1, 2)
-    assert leaf_stats.leaf_stats(np.array([], np.float32))["min"] is None
-    assert doctest.testmod(leaf_stats).failed == 0
+    assert leaf_numbers.leaf_stats(np.array([], np.float32))["min"] is None
+    assert doctest.testmod(leaf_numbers).failed == 0
 
 
 def test_moving_a_slider_reruns_and_the_card_says_cached(state):

@@ -194,7 +194,7 @@ class TreeDiff:
             InspectorError: the leaf is not an array in both trees with one shape, or its data
                 cannot be read (a damaged file).
         """
-        from inspector.ui.leaf_stats import leaf_array
+        from inspector.ui.session.leaf_numbers import leaf_array
 
         if not self.comparable(path):
             raise inspector.InspectorError(
@@ -207,7 +207,7 @@ class TreeDiff:
         """`(value_difference(path), histograms)` from one read of the leaf in each tree; the
         histograms are of a and b (over one common range) and of b - a, over the finite values:
         `{"a": (counts, edges), "b": ..., "delta": ...}` (complex leaves by magnitude)."""
-        from inspector.ui.leaf_stats import leaf_array
+        from inspector.ui.session.leaf_numbers import leaf_array
 
         if not self.comparable(path):
             raise inspector.InspectorError(

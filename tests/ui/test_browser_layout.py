@@ -1,0 +1,164 @@
+"""The page's layout in chromium: resizable columns, stacked columns in a narrow window, leaf
+statistics inside their column, and a dark theme over every part of the page.
+
+Colours are measured as a person sees them: the median brightness of an element's screenshot
+(its background dominates; text is a small share of the pixels).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.browser
+
+LONG_LEAF = "['layer1']['weights']"  # MLP params: float32[8,4], values like -0.0406312
+
+
+def node(page, path: str):
+    return page.locator(f'[role=treeitem][data-path="{path}"]').first
+
+
+@contextlib.contextmanager
+def opened(browser, url: str, width: int, height: int = 1050, scheme: str = "light"):
+    context = browser.new_context(viewport={"width": width, "height": height},
+                                  color_scheme=scheme)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(url)
+    page.get_by_role("treeitem").first.wait_for()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def select_long_leaf(page) -> None:
+    """Shows the MLP params in the input tree and selects a float32[8,4] leaf."""
+    page.get_by_text("params", exact=True).first.click()
+    node(page, "['layer1']").wait_for()
+    if node(page, LONG_LEAF).count() == 0:
+        node(page, "['layer1']").locator(".wtree-toggle").click()
+    node(page, LONG_LEAF).click()
+    page.locator(".leaf-stats").first.wait_for()
+
+
+def columns(page):
+    """The three column panels of the Operations tab: input, operation, result."""
+    return [page.locator(".split-panel").nth(i).bounding_box() for i in range(3)]
+
+
+def brightness(element) -> float:
+    """Median brightness (0 black .. 1 white) of what `element` shows on screen."""
+    counts = Image.open(io.BytesIO(element.screenshot())).convert("L").histogram()
+    half, seen = sum(counts) / 2, 0
+    for level, count in enumerate(counts):
+        seen += count
+        if seen >= half:
+            return level / 255
+    raise AssertionError("an empty screenshot")
+
+
+@pytest.mark.parametrize("width", [1280, 1680, 1920])
+def test_leaf_stats_stay_inside_the_input_column(browser, served_url, width):
+    with opened(browser, served_url, width) as page:
+        select_long_leaf(page)
+        values = page.locator(".leaf-stats .v")
+        names = [values.nth(i).get_attribute("data-stat") for i in range(values.count())]
+        assert names == ["array", "size", "min", "max", "mean", "std", "NaN", "Inf"]
+        assert page.locator('.leaf-stats .v[data-stat="array"]').inner_text() == \
+            "float32[8,4]"
+        assert re.fullmatch(r"-?\d\.\d+(e-?\d+)?|-?0\.\d+",
+                            page.locator('.leaf-stats .v[data-stat="min"]').inner_text())
+        column = page.locator(".split-panel").first.bounding_box()
+        assert column["x"] >= 0 and column["x"] + column["width"] <= width + 0.5
+        for i in range(values.count()):
+            box = values.nth(i).bounding_box()
+            assert box is not None and box["width"] > 0, names[i]
+            assert column["x"] <= box["x"], names[i]
+            assert box["x"] + box["width"] <= column["x"] + column["width"], names[i]
+        # nothing is wider than the window: no column, no stat runs off the page
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def test_dragging_the_gutter_widens_the_input_tree(browser, served_url):
+    with opened(browser, served_url, 1680) as page:
+        tree = page.locator("[role=tree]").first
+        before, tree_before = columns(page), tree.bounding_box()
+        assert before[0]["x"] + before[0]["width"] <= before[1]["x"]  # side by side
+        assert before[1]["x"] + before[1]["width"] <= before[2]["x"]
+        gutter = page.locator(".gutter-horizontal").first.bounding_box()
+        x, y = gutter["x"] + gutter["width"] / 2, gutter["y"] + 40
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + 100, y, steps=5)
+        page.mouse.move(x + 200, y, steps=5)
+        page.mouse.up()
+        after, tree_after = columns(page), tree.bounding_box()
+        assert after[0]["width"] == pytest.approx(before[0]["width"] + 200, abs=12)
+        assert after[1]["width"] == pytest.approx(before[1]["width"] - 200, abs=12)
+        assert after[2]["width"] == pytest.approx(before[2]["width"], abs=2)
+        assert tree_after["width"] == pytest.approx(tree_before["width"] + 200, abs=12)
+
+
+def test_a_narrow_window_puts_the_result_below_the_input(browser, served_url):
+    with opened(browser, served_url, 900) as page:
+        page.get_by_role("button", name="Run the current operation.").click()
+        page.locator(".timing-card").wait_for()
+        input_, operation, result = columns(page)
+        assert operation["y"] >= input_["y"] + input_["height"] - 1
+        assert result["y"] >= operation["y"] + operation["height"] - 1
+        assert input_["width"] == pytest.approx(result["width"], abs=2)
+        area = page.locator(".split").first.bounding_box()  # the main area, beside the sidebar
+        assert input_["width"] == pytest.approx(area["width"], abs=2)
+        assert page.locator(".gutter-horizontal").first.is_hidden()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 900
+
+
+def _parts(page) -> dict:
+    """Every kind of part the page shows, once a leaf is selected, an op has run, and a search
+    shows the leaf table."""
+    select_long_leaf(page)
+    panels = page.locator(".split-panel")
+    histogram = panels.first.locator("canvas").first
+    histogram.wait_for()
+    page.get_by_role("button", name="Run the current operation.").click()
+    page.locator(".timing-card").wait_for()
+    search = panels.first.get_by_label("Search leaves by key path")
+    search.fill("weights")
+    table = panels.first.locator(".tabulator").first
+    table.get_by_text(LONG_LEAF).first.wait_for()
+    return {
+        "tree": panels.first.locator("[role=tree]").first,
+        "leaf table": table,
+        "histogram": histogram,
+        "operation form": panels.nth(1),
+        "timing": page.locator(".timing-card").first,
+        "code": panels.nth(2).locator("textarea").first,
+        "history table": panels.nth(2).locator(".tabulator").last,
+        "sidebar": page.get_by_text("Loaded trees", exact=True).locator(".."),
+    }
+
+
+def test_dark_theme_follows_the_browser_and_covers_every_part(browser, served_url):
+    with opened(browser, served_url, 1680, scheme="dark") as page:
+        parts = _parts(page)
+        page.mouse.move(0, 1049)
+        shown = {name: round(brightness(el), 2) for name, el in parts.items()}
+        assert all(b < 0.25 for b in shown.values()), shown
+
+
+def test_light_theme_by_default_and_the_toggle_turns_it_dark(browser, served_url):
+    with opened(browser, served_url, 1680, scheme="light") as page:
+        parts = _parts(page)
+        page.mouse.move(0, 1049)
+        shown = {name: round(brightness(el), 2) for name, el in parts.items()}
+        assert all(b > 0.75 for b in shown.values()), shown
+        page.get_by_role("button", name="Toggle theme").click()
+        page.wait_for_timeout(500)
+        shown = {name: round(brightness(el), 2) for name, el in parts.items()}
+        assert all(b < 0.25 for b in shown.values()), shown
