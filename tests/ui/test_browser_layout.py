@@ -57,7 +57,8 @@ def settled_columns(page, side_by_side: bool) -> list[dict]:
     machine the first boxes can be those of a page still settling."""
     for _ in range(50):
         boxes = columns(page)
-        beside = all(a["x"] + a["width"] <= b["x"] for a, b in zip(boxes, boxes[1:]))
+        pairs = zip(boxes[:-1], boxes[1:], strict=True)
+        beside = all(a["x"] + a["width"] <= b["x"] for a, b in pairs)
         if beside == side_by_side:
             return boxes
         page.wait_for_timeout(200)
