@@ -159,27 +159,6 @@ def test_the_default_budget_follows_the_memory_free_now(monkeypatch):
     assert working_set.budget() == int(working_set.DEFAULT_FRACTION * (2 * 10**9 + held))
 
 
-def test_timed_repeats_wait_for_a_quiet_moment_and_a_new_run_ends_the_wait():
-    import threading
-    import time
-
-    from inspector.ui.session.held_runs import HeldRuns
-
-    runs = HeldRuns()
-    generation = runs.new_generation()
-    start = time.monotonic()
-    runs.wait_quiet(generation, 0.2)  # nothing newer: it waits the whole time
-    assert time.monotonic() - start >= 0.2
-    threading.Timer(0.1, runs.new_generation).start()
-    start = time.monotonic()
-    with pytest.raises(Cancelled):
-        runs.wait_quiet(generation, 30)
-    assert time.monotonic() - start < 5  # woken by the newer run, not after 30 s
-    with pytest.raises(Cancelled):
-        runs.wait_quiet(generation, 30)  # already stale: at once
-    runs.close()
-
-
 def test_rates_near_a_unit_boundary_read_as_numbers():
     from inspector.ui.session.formatting import human_bytes
 

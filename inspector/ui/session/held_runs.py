@@ -84,7 +84,6 @@ class HeldRuns:
         self.working = WorkingSet()
         self._generation = 0
         self._lock = threading.Lock()
-        self._newer = threading.Event()  # set when a run newer than the current one starts
         self._closed = False
         self.streamed_dir = None
         self._last = None  # the last result (packed), whose buffers the next run may reuse
@@ -94,16 +93,7 @@ class HeldRuns:
         """Marks a new run: timed repeats of older runs stop at their next repeat."""
         with self._lock:
             self._generation += 1
-            self._newer.set()  # wakes `wait_quiet`
-            self._newer = threading.Event()
             return self._generation
-
-    def wait_quiet(self, generation: int, seconds: float) -> None:
-        """Waits `seconds` unless a newer run starts first (then raises `Cancelled`)."""
-        with self._lock:
-            newer = self._newer if self.current(generation) else None
-        if newer is None or newer.wait(seconds):
-            raise Cancelled
 
     def current(self, generation: int) -> bool:
         return generation == self._generation

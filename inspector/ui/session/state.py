@@ -521,8 +521,15 @@ class InspectorState(param.Parameterized):
                                          f"on {rr.device} (run {record.run})",
                               held=self.runs.held())
             if repeats > 1 and not rr.cost.get("streamed"):
-                self._submit(lambda: self._repeat_task(job, loaded, device, repeats, generation,
-                                                       rr), coalesce="repeat")
+                def time_it():
+                    if self.runs.current(generation):  # no newer run meanwhile
+                        self._submit(lambda: self._repeat_task(job, loaded, device, repeats,
+                                                               generation, rr),
+                                     coalesce="repeat")
+
+                # Served: not while the user is still changing settings (the session stays
+                # free meanwhile, so the next change starts at once).
+                self._later(REPEAT_DELAY if self.background else 0, time_it)
 
         return f"Running {job.op} on {device} …", work, done
 
@@ -531,8 +538,6 @@ class InspectorState(param.Parameterized):
         cancelled by the next run; the timing card and history then show their median."""
 
         def work():
-            if self.background:  # not while the user is still changing settings
-                self.runs.wait_quiet(generation, REPEAT_DELAY)
             return self.runs.repeat(job, loaded, device, repeats, generation, first)
 
         def done(rr, exc):
@@ -615,6 +620,24 @@ class InspectorState(param.Parameterized):
                 return
             self._complete(done, *_call(work))
         self.param.update(busy=False, status="", progress=None)
+
+    def _later(self, seconds: float, fn) -> None:
+        """Calls `fn()` on the session's event loop (with the document lock) after `seconds`;
+        at once when 0 or not in the background."""
+        if not seconds or not self.background:
+            fn()
+            return
+
+        async def wait():
+            await asyncio.sleep(seconds)
+
+            async def call():
+                fn()
+
+            call.lock = True  # as `finish` in `_in_thread`: views update Bokeh models
+            param.parameterized.async_executor(call)
+
+        param.parameterized.async_executor(wait)
 
     async def _in_thread(self, work, done):
         # Runs on the session's event loop without the document lock (Panel's default for
