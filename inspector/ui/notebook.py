@@ -4,43 +4,29 @@
     inspector.show(t1=t1, t2=t2, t3=t3)     # the trees, their sums, indexing, stacking, timing
 
 The same state and views as the served app, laid out for the width of a cell. A notebook
-output carries its own resources, and Panel's notebook support needed four things more:
-
-- Offline: `show()` loads Panel's notebook support once with every resource inline (no CDN),
-  plus the icon and Roboto fonts as data URLs on the page (the inlined CSS points at font files
-  a notebook cannot serve) and panel-material-ui's icon classes in each component.
-- Size: panel-material-ui puts its whole 1.4 MB JavaScript bundle into every component of a
-  notebook output (about 50 here: a 78 MB cell). The page compiles the bundle once and caches
-  it by the bundle's hash, so in an inspector cell only the first component the page sets up
-  carries it (about 2 MB a cell), and components sent later carry none.
-- Stylesheets: Panel inlines them for a cell's first render only; components added later, and
-  panes whose text changes, would fetch theirs from the CDN. They are inlined too.
-- Echoes: over the comm, the page could send a pane's earlier text back while a newer one was
-  on its way; a pane's text is not synced back from the page.
+output carries its own resources: `show()` loads Panel's notebook support once with every
+resource inline (offline, no CDN), plus the icon and Roboto fonts as data URLs on the page (the
+inlined CSS points at font files a notebook cannot serve). What Panel and panel-material-ui do
+in notebook outputs that an inspector cell cannot live with (a 1.4 MB bundle in every
+component, CDN stylesheets for later components, pane text echoed back) is worked around in
+`inspector.ui.notebook_patches`, installed here and acting only on inspector cells.
 
 Operations started in the widget run in a worker thread (`NotebookState`): the kernel's event
-loop brings their results back, and the kernel stays free meanwhile. These fixes patch three
-panel-material-ui methods and one Panel method; all but the echo one act only on inspector
-cells rendered inline for a notebook.
+loop brings their results back, and the kernel stays free meanwhile.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-import weakref
 from pathlib import Path
 
 import panel as pn
 import panel_material_ui as pmui
 import param
-from bokeh.models import ImportedStyleSheet
-from panel.io.notebook import replace_inline_css
-from panel.reactive import Reactive
-from panel_material_ui.base import MaterialComponent
-from panel_material_ui.pane.base import MaterialPaneBase
 
 from inspector import InspectorError
+from inspector.ui import notebook_patches
 from inspector.ui.app import InspectorApp
 from inspector.ui.session.state import InspectorState
 
@@ -68,6 +54,7 @@ class Inspector(pn.viewable.Viewer):
     def __init__(self, *trees, examples: bool = False, background: bool | None = None,
                  **named):
         super().__init__()
+        notebook_patches.install()  # also when shown inside another layout, without `show()`
         if background is None:
             background = _in_kernel()
         self.state = NotebookState(background=background)
@@ -103,7 +90,7 @@ class Inspector(pn.viewable.Viewer):
                           collapsible=False, sizing_mode="stretch_width"),
                 sizing_mode="stretch_width"),
             self.tabs, sizing_mode="stretch_width")
-        return _Cell(_carrier(), layout, sizing_mode="stretch_width")
+        return notebook_patches.cell(layout, sizing_mode="stretch_width")
 
     def run(self):
         """Runs the current operation now, in this thread; returns its `RunResult` (the widget
@@ -182,10 +169,12 @@ _LOADED = False
 
 
 def load_notebook_support() -> None:
-    """Loads Panel's notebook extension (inline resources, Tabulator, the fonts) once."""
+    """Loads Panel's notebook extension (inline resources, Tabulator, the fonts) and the
+    notebook patches (`inspector.ui.notebook_patches`), once."""
     global _LOADED
     if _LOADED:
         return
+    notebook_patches.install()
     pn.extension("tabulator", inline=True, global_css=[font_css()])
     _LOADED = True
 
@@ -241,115 +230,3 @@ def font_css() -> str:
         src = f'src: url(data:font/woff2;base64,{data}) format("woff2");'
         rules.append(re.sub(r"src:[^;]*;", lambda _, s=src: s, block))
     return "\n".join(rules)
-
-
-# One copy of the component bundle per cell, stylesheets inline ---------------------------------
-
-_CARRIERS: weakref.WeakSet = weakref.WeakSet()
-_CELL_ROOTS: set[str] = set()
-_CELL_SHEETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # doc: {url: sheet}
-
-
-class _Cell(pn.Column):
-    """The root of an inspector cell: its first child carries the component bundle."""
-
-
-def _carrier() -> pmui.Typography:
-    # A pmui leaf as the root's first child: the page sets up (Bokeh "finalizes") a cell's
-    # models children first and in order, so this is the cell's first component to load the
-    # bundle; the others find it in the page's module cache.
-    carrier = pmui.Typography("", margin=0, height=0, visible=False)
-    _CARRIERS.add(carrier)
-    return carrier
-
-
-def icon_css() -> str:
-    """panel-material-ui's icon classes (`.material-icons`): in a served app they come with
-    the bundle's CSS, which notebook outputs do not get."""
-    css = (Path(pmui.__file__).parent / "dist" / "panel-material-ui.bundle.css").read_text()
-    return "".join(re.findall(r"\.material-icons[\w-]*\{[^}]*\}", css))
-
-
-_get_model = MaterialComponent._get_model
-_get_material_properties = MaterialComponent._get_properties
-
-
-def _get_model_in_a_cell(self, doc, root=None, parent=None, comm=None):
-    """`MaterialComponent._get_model`, made to fit an inspector cell (see the module doc).
-
-    Marks the cell (its root and document) when the carrier is created: the components created
-    after it in the cell get their properties from `_material_properties_in_a_cell`. The root
-    (Panel's design wrapper), created before it, is fixed here; a new model is not in the
-    document yet, so changing it sends no extra message.
-    """
-    model = _get_model(self, doc, root, parent, comm)
-    if comm is None or not pn.config.inline or model.bundle in (None, "url"):
-        return model
-    ref = (root or model).ref["id"]  # no root: this is the root
-    if self in _CARRIERS:
-        _CELL_ROOTS.add(ref)
-        _CELL_SHEETS.setdefault(doc, {})
-    elif ref in _CELL_ROOTS:
-        model.esm = ""
-    else:
-        return model
-    model.css_bundle = _ICON_CSS
-    return model
-
-
-def _material_properties_in_a_cell(self, doc):
-    """`MaterialComponent._get_properties` in an inspector cell: no bundle (but in the carrier)
-    and the icon classes. Used for new components and for updates: a pane whose text changes
-    (`pmui.Typography`, e.g. the status line) re-sends all its properties, the bundle too."""
-    props = _get_material_properties(self, doc)
-    if (doc is None or doc not in _CELL_SHEETS or not pn.config.inline
-            or props.get("bundle") in (None, "url")):
-        return props
-    props["css_bundle"] = _ICON_CSS
-    if self not in _CARRIERS:
-        props["esm"] = ""
-    return props
-
-
-_get_properties = Reactive._get_properties
-
-
-def _get_properties_inline(self, doc):
-    """`Reactive._get_properties` with Panel's CDN stylesheets inlined in inspector cells.
-
-    Panel inlines the stylesheets of a cell's first render only: a component added later, or a
-    pane whose text changes (it re-sends all its properties), would fetch them from the CDN.
-    One inline sheet per URL and cell, shared by its components.
-    """
-    props = _get_properties(self, doc)
-    sheets = _CELL_SHEETS.get(doc) if doc is not None else None
-    if sheets is None or "stylesheets" not in props or not pn.config.inline:
-        return props
-    inlined = []
-    for sheet in props["stylesheets"]:
-        if isinstance(sheet, ImportedStyleSheet):
-            url = sheet.url
-            if url not in sheets:
-                sheets[url] = replace_inline_css(sheet)
-            sheet = sheets[url]
-        inlined.append(sheet)
-    props["stylesheets"] = inlined
-    return props
-
-
-_pane_links = MaterialPaneBase._linked_properties
-
-
-@property
-def _pane_links_without_text(self) -> tuple[str, ...]:
-    # A pane's text is never edited in the page, so it is not synced back from it. Over a
-    # notebook's comm the page sent an earlier text back while a newer one was on its way
-    # (seen: the status line stuck on its own escaped HTML, `<p>&lt;p&gt;Running …`).
-    return tuple(p for p in _pane_links.fget(self) if p != "object")
-
-
-_ICON_CSS = icon_css()
-MaterialPaneBase._linked_properties = _pane_links_without_text
-MaterialComponent._get_model = _get_model_in_a_cell
-MaterialComponent._get_properties = _material_properties_in_a_cell
-Reactive._get_properties = _get_properties_inline
