@@ -1,13 +1,20 @@
-"""Shared test helpers."""
+"""Test configuration: strict dtype promotion, hypothesis profiles, the compile counter."""
 
 from __future__ import annotations
 
 import os
 
-import jax
+# Strict promotion: an op that mixes dtypes without saying so (int32 + float32, bfloat16 *
+# float32) raises instead of promoting. The product states every result dtype up front; the
+# environment variable carries the setting into the apps and kernels the tests start.
+os.environ["JAX_NUMPY_DTYPE_PROMOTION"] = "strict"
+
+import jax  # noqa: E402  (after the setting above: JAX reads it at import)
 import jax.monitoring
 import pytest
 from hypothesis import settings
+
+jax.config.update("jax_numpy_dtype_promotion", "strict")  # if a plugin imported jax first
 
 # CI replays the same examples every run (a landing is not a lottery); locally each run explores
 # new ones, and what they find becomes an @example.

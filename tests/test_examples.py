@@ -13,22 +13,19 @@ import pytest
 
 import inspector
 from inspector import examples
-
-
-def _tolist(tree):
-    return jax.tree.map(lambda x: np.asarray(x).tolist(), tree)
+from tests.helpers import assert_tree_allclose, tree_lists
 
 
 def test_s1_trees_are_the_scenario():
     t1, t2, t3 = examples.s1_trees()
     assert [x.dtype for x in jax.tree.leaves(t1)] == [np.int32] * 4
     assert str(jax.tree.structure(t1)) == "PyTreeDef([[*, *], [*, *]])"
-    assert _tolist(t2)[0][1] == [5, 3]
+    assert tree_lists(t2)[0][1] == [5, 3]
 
 
 def test_s1_weighted_sum_gives_the_expected_tree():
     out = inspector.weighted_sum(examples.s1_trees(), examples.S1_WEIGHTS)
-    assert _tolist(out) == examples.S1_EXPECTED
+    assert tree_lists(out) == examples.S1_EXPECTED
     assert {x.dtype for x in jax.tree.leaves(out)} == {np.dtype(np.int32)}
 
 
@@ -53,8 +50,7 @@ def test_s3_ensemble_stacks_to_the_vmap_layout():
     assert [tuple(x.shape) for x in jax.tree.leaves(stacked)] == [(4, 3, 2), (4, 3), (4, 4, 3),
                                                                  (4, 4)]
     back = inspector.unstack(stacked)
-    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(members), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), b)
+    assert_tree_allclose(back, members, rtol=0, same_dtype=True)
 
 
 def test_members_differ():

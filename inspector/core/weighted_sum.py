@@ -50,7 +50,9 @@ def _dtypes(dtype: np.dtype, integral: bool) -> tuple[np.dtype, np.dtype, np.dty
     dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
     f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
     if jnp.issubdtype(dtype, jnp.inexact):
-        acc = np.dtype(jnp.promote_types(dtype, f32))
+        # narrower than 32 bits (bfloat16, float16, float8): accumulate in float32; float32,
+        # float64 and complex already are. Stated, not left to promotion (strict in the tests).
+        acc = dtype if dtype.itemsize >= 4 else f32
         weight = np.dtype(jnp.finfo(acc).dtype)  # the real part's dtype for complex
         return acc, dtype, weight
     if dtype == np.bool_:

@@ -13,6 +13,7 @@ from inspector import (
     index,
     parse_index,
 )
+from tests.helpers import tree_lists
 
 
 def s2_tree():
@@ -26,14 +27,10 @@ S2_EXPECTED = [([3.0, 4.0, 5.0], [30.0, 40.0, 50.0], [300.0, 400.0, 500.0]), [1.
                ([10.0, 11.0], (None,))]
 
 
-def as_lists(tree):
-    return jax.tree.map(lambda x: np.asarray(x).tolist(), tree)
-
-
 @pytest.mark.parametrize("index_tree", [[1, slice(1, 3), None, -1], ["1", "1:3", None, "-1"]])
 def test_s2_exact(index_tree):
     out = index(s2_tree(), index_tree)
-    assert as_lists(out) == S2_EXPECTED
+    assert tree_lists(out) == S2_EXPECTED
     assert jax.tree.structure(out) == jax.tree.structure(s2_tree())
 
 
@@ -43,7 +40,7 @@ def test_moving_an_index_does_not_recompile(compiles):
     with compiles() as c:
         out = index(tree, [2, "2:4", None, 0])
     assert c.count == 0
-    assert as_lists(out)[1] == [2.0, 3.0] and as_lists(out)[3][0] == [0.0, 1.0]
+    assert tree_lists(out)[1] == [2.0, 3.0] and tree_lists(out)[3][0] == [0.0, 1.0]
     before = inspector.compile_count()
     index(tree, [3, "3:5", None, 4])
     assert inspector.compile_count() == before

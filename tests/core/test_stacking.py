@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from inspector import InspectorError, StructureMismatchError, stack, unstack
+from tests.helpers import assert_tree_allclose
 
 
 def mlp(key, sizes=(2, 3, 4)):
@@ -44,9 +45,7 @@ def test_unstack_is_the_exact_inverse():
     models = ensemble()
     back = unstack(stack(models))
     assert len(back) == 4
-    assert jax.tree.structure(back) == jax.tree.structure(models)
-    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(models), strict=True):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert_tree_allclose(back, models, rtol=0, same_dtype=True)
 
 
 def test_stacking_mismatched_trees_names_every_path_and_both_shapes():

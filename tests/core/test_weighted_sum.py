@@ -14,6 +14,7 @@ from inspector import (
     weighted_sum,
     weighted_sum_dtype,
 )
+from tests.helpers import tree_lists
 
 S1 = [
     [[[[1, 2], [3, 4]], [2, 3]], [[[1, 2], [3, 4]], [2, 3]]],
@@ -28,10 +29,6 @@ def s1_tree(t):
     return [[np.array(block[0], np.int32), np.array(block[1], np.int32)] for block in t]
 
 
-def as_lists(tree):
-    return jax.tree.map(lambda x: np.asarray(x).tolist(), tree)
-
-
 @pytest.mark.parametrize("packed", [False, True])
 def test_s1_integer_trees_and_weights_stay_int32(packed):
     trees = [s1_tree(t) for t in S1]
@@ -41,7 +38,7 @@ def test_s1_integer_trees_and_weights_stay_int32(packed):
     if packed:
         assert isinstance(out, inspector.PackedTree)
         out = out.unpack()
-    assert as_lists(out) == S1_EXPECTED
+    assert tree_lists(out) == S1_EXPECTED
     assert str(jax.tree.structure(out)) == "PyTreeDef([[*, *], [*, *]])"
     assert {np.asarray(x).dtype for x in jax.tree.leaves(out)} == {np.dtype(np.int32)}
 

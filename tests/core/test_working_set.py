@@ -12,6 +12,7 @@ import inspector
 from inspector.core import working_set
 from inspector.core.working_set import WorkingSet
 from tests.core.test_streaming import Tracker
+from tests.helpers import assert_tree_allclose
 
 
 @pytest.fixture(autouse=True)
@@ -109,5 +110,4 @@ def test_read_packed_equals_pack_for_every_dtype():
             "bf": rng.normal(size=(6,)).astype(ml_dtypes.bfloat16)}
     got = working_set.read_packed(tree, None)
     assert all(isinstance(b, jax.Array) for b in got.buffers.values())
-    for a, b in zip(jax.tree.leaves(got.unpack()), jax.tree.leaves(tree), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), b)
+    assert_tree_allclose(got, tree, rtol=0, same_dtype=True)

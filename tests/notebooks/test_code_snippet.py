@@ -15,12 +15,7 @@ from inspector.ui.notebook import Inspector
 from inspector.ui.session.records import CallRecord
 from inspector.ui.session.snippet import literal, snippet, state_snippet, variable
 from inspector.ui.session.state import InspectorState
-
-
-def _values(tree):
-    if isinstance(tree, inspector.PackedTree):
-        tree = tree.unpack()
-    return jax.tree.map(lambda x: np.asarray(x).tolist(), tree, is_leaf=lambda x: x is None)
+from tests.helpers import tree_lists
 
 
 def _run_snippet(code: str, **names):
@@ -76,7 +71,8 @@ def test_in_the_served_app_trees_come_from_the_example_builders(served):
     code = state_snippet(served)
     assert 't1, t2, t3 = (examples.load("S1: weighted sum")[k] for k in ("t1", "t2", "t3"))' \
         in code
-    assert _values(_run_snippet(code)) == _values(served.result.result) == examples.S1_EXPECTED
+    assert (tree_lists(_run_snippet(code)) == tree_lists(served.result.result)
+            == examples.S1_EXPECTED)
 
 
 @pytest.mark.parametrize("op", ["index", "stack", "sgd"])
@@ -90,8 +86,8 @@ def test_every_op_of_the_served_app_runs_as_code_to_the_same_values(served, op):
         served.op = "weighted_sum"
     served.param.trigger("run")
     assert served.error == ""
-    expected = _values(served.result.result)
-    got = _values(_run_snippet(state_snippet(served)))
+    expected = tree_lists(served.result.result)
+    got = tree_lists(_run_snippet(state_snippet(served)))
     if op == "sgd":  # float32: the app's packed kernel and the leaf-wise call may round apart
         np.testing.assert_allclose(jax.tree.leaves(got), jax.tree.leaves(expected), rtol=1e-6)
     else:
@@ -112,8 +108,8 @@ def test_kept_results_are_rebuilt_from_the_run_that_made_them(served):
     code = state_snippet(served)
     assert "stack_1 = inspector.stack([mlp_0, mlp_1, mlp_2, mlp_3])" in code
     assert "unstack_2_0 = inspector.unstack(stack_1)[0]" in code
-    np.testing.assert_allclose(jax.tree.leaves(_values(_run_snippet(code))),
-                               jax.tree.leaves(_values(served.result.result)), rtol=1e-6)
+    np.testing.assert_allclose(jax.tree.leaves(tree_lists(_run_snippet(code))),
+                               jax.tree.leaves(tree_lists(served.result.result)), rtol=1e-6)
 
 
 def test_checkpoint_files_are_loaded_by_path(served, tmp_path, monkeypatch):
@@ -126,7 +122,7 @@ def test_checkpoint_files_are_loaded_by_path(served, tmp_path, monkeypatch):
     code = state_snippet(served)
     assert 'ckpt_npz = inspector.load("ckpt.npz")' in code
     monkeypatch.chdir(tmp_path)
-    assert np.abs(jax.tree.leaves(_values(_run_snippet(code)))).max() == 0
+    assert np.abs(jax.tree.leaves(tree_lists(_run_snippet(code)))).max() == 0
 
 
 def test_in_a_notebook_the_users_names_are_used_and_the_snippet_gives_the_result():
@@ -136,7 +132,7 @@ def test_in_a_notebook_the_users_names_are_used_and_the_snippet_gives_the_result
     widget.run()
     code = widget.app.result.code.code
     assert "import inspector\n\nresult = inspector.weighted_sum([t1, t2, t3], [1, 2, 3])" in code
-    assert _values(_run_snippet(code, t1=t1, t2=t2, t3=t3)) == examples.S1_EXPECTED
+    assert tree_lists(_run_snippet(code, t1=t1, t2=t2, t3=t3)) == examples.S1_EXPECTED
 
 
 def test_custom_containers_are_indexed_through_their_structure():
@@ -148,7 +144,7 @@ def test_custom_containers_are_indexed_through_their_structure():
     widget.run()
     code = widget.app.result.code.code
     assert "jax.tree.unflatten(jax.tree.structure(pair" in code and code.startswith("import jax")
-    assert _values(_run_snippet(code, pair=tree)) == _values(widget.state.result.result)
+    assert tree_lists(_run_snippet(code, pair=tree)) == tree_lists(widget.state.result.result)
 
 
 def test_the_view_shows_the_code_once_there_is_a_run():

@@ -17,15 +17,10 @@ import inspector
 from inspector import examples
 from inspector.ui import notebook
 from inspector.ui.notebook import Inspector
+from tests.helpers import tree_lists
 
 EXEC_MIME = "application/vnd.holoviews_exec.v0+json"
 REACT = "panel.models.esm.ReactComponent"
-
-
-def _values(tree):
-    if isinstance(tree, inspector.PackedTree):
-        tree = tree.unpack()
-    return jax.tree.map(lambda x: np.asarray(x).tolist(), tree, is_leaf=lambda x: x is None)
 
 
 @jax.tree_util.register_dataclass
@@ -53,7 +48,7 @@ def test_same_structured_trees_are_preselected_and_run_gives_s1():
     assert s.ops["weighted_sum"].trees == s.ops["stack"].trees == ["t1", "t2", "t3"]
     s.ops["weighted_sum"].weights = [1, 2, 3]
     rr = widget.run()
-    assert _values(rr.result) == examples.S1_EXPECTED
+    assert tree_lists(rr.result) == examples.S1_EXPECTED
     assert s.result is rr and s.result_name == "weighted_sum(t1, t2, t3)"
 
 
@@ -195,4 +190,4 @@ def test_code_runs_at_once_even_when_widget_clicks_go_to_a_thread():
     widget.state.ops["weighted_sum"].weights = [1, 2, 3]
     widget.state.param.trigger("run")  # as a cell would: not a message from the widget
     assert widget.state.background and not widget.state.busy
-    assert _values(widget.state.result.result) == examples.S1_EXPECTED
+    assert tree_lists(widget.state.result.result) == examples.S1_EXPECTED

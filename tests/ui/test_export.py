@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from base64 import b64decode
 
-import jax
 import ml_dtypes
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from inspector.io import sniff
 from inspector.ui.export import ExportView
 from inspector.ui.session.checkpoint_files import export_bytes
 from inspector.ui.session.state import InspectorState
+from tests.helpers import assert_tree_allclose
 
 TREE = {
     "layer": {"kernel": np.arange(6, dtype=np.float32).reshape(2, 3),
@@ -36,11 +36,7 @@ def _download(view: ExportView, tmp_path, name: str):
 
 
 def _assert_equal(loaded, expected) -> None:
-    assert jax.tree.structure(loaded) == jax.tree.structure(expected)
-    for x, y in zip(jax.tree.leaves(loaded), jax.tree.leaves(expected), strict=True):
-        x, y = np.asarray(x), np.asarray(y)
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x.astype(np.float64), y.astype(np.float64))
+    assert_tree_allclose(loaded, expected, rtol=0, same_dtype=True)
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "npz"])

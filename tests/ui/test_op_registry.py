@@ -20,6 +20,7 @@ from inspector.ui.session.op_settings import OpSettings, Preview, settings_class
 from inspector.ui.session.records import CallRecord, Job, RunRecord
 from inspector.ui.session.snippet import state_snippet
 from inspector.ui.session.state import InspectorState
+from tests.helpers import assert_tree_allclose
 
 
 def _plan_negate(tree, device=None):
@@ -96,8 +97,7 @@ def test_a_new_op_is_one_settings_class_and_one_form(negate):
     expected = jax.tree.map(lambda x: -np.asarray(x, np.float64),
                             state.trees["params"].tree.unpack())
     got = state.result.result
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
-        np.testing.assert_array_equal(np.asarray(a, np.float64), b)
+    assert_tree_allclose(got, expected, rtol=0)
     code = state_snippet(state).splitlines()
     assert code[0] == "import jax" and code[-1] == "result = jax.tree.map(lambda x: -x, params)"
 

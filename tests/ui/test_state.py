@@ -14,14 +14,7 @@ import pytest
 from inspector import examples
 from inspector.ui.session.state import InspectorState
 from inspector.ui.timing_card import timing_lines
-
-
-def _values(tree):
-    import inspector
-
-    if isinstance(tree, inspector.PackedTree):
-        tree = tree.unpack()
-    return jax.tree.map(lambda x: np.asarray(x).tolist(), tree, is_leaf=lambda x: x is None)
+from tests.helpers import tree_lists
 
 
 def test_defaults_load_fast_and_set_up_the_scenarios():
@@ -44,7 +37,7 @@ def test_s1_weighted_sum_through_the_state(state):
     assert "int32 → int32" in state.preview and state.form_error == ""
     state.param.trigger("run")
     assert state.error == ""
-    assert _values(state.result.result) == examples.S1_EXPECTED
+    assert tree_lists(state.result.result) == examples.S1_EXPECTED
     assert state.result_name == "weighted_sum(t1, t2, t3)"
     assert len(state.history) == 1 and state.history[0].op == "weighted_sum"
 
@@ -55,7 +48,7 @@ def test_moving_a_weight_reruns_from_the_compiled_cache(state):
     assert len(state.history) == 2
     assert state.result.n_compiled == 0
     assert ("compile", "cached, no compile") in timing_lines(state.result)
-    assert _values(state.result.result)[0][0] == [[33, 12], [25, 28]]
+    assert tree_lists(state.result.result)[0][0] == [[33, 12], [25, 28]]
 
 
 def test_float_weights_give_float32_and_the_preview_says_so_first(state):
@@ -120,7 +113,7 @@ def test_s2_index_through_the_state(state):
     assert "[0] [1]: float32[4,3] → float32[3]" in state.preview
     state.param.trigger("run")
     assert state.error == ""
-    assert _values(state.result.result) == examples.S2_EXPECTED
+    assert tree_lists(state.result.result) == examples.S2_EXPECTED
 
 
 def test_index_parse_error_is_shown_with_its_key_path_as_you_type(state):
@@ -272,7 +265,7 @@ def test_background_runs_in_a_thread_and_leaves_the_loop_free():
     thread.start()
     thread.join(60)
     assert not failures and not thread.is_alive()
-    assert s.error == "" and _values(s.result.result) == examples.S1_EXPECTED
+    assert s.error == "" and tree_lists(s.result.result) == examples.S1_EXPECTED
     assert ticks
 
 
