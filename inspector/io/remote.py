@@ -4,7 +4,9 @@
 fetches those, no more (fsspec's buffered files would read 5 MiB blocks with read-ahead: a
 4 MiB leaf would cost 9 MiB). The first 64 KiB of a file are fetched once and kept, since
 sniffing and every header read start there; a safetensors file's structure is then one size
-request and one or two range requests. Large arrays are read in 8 MiB ranges, 8 at a time.
+request and one or two range requests; a zip's member headers are fetched concurrently, those
+close together (around a small member) as one range. Large arrays are read in 8 MiB ranges,
+8 at a time.
 
 Every failure (not found, refused, no answer, access denied, a truncated answer) becomes a
 `LoadError` naming the URL without credentials, within a bounded time: the filesystem's own
@@ -34,6 +36,10 @@ HEAD_BYTES = 64 * 1024
 
 CHUNK_BYTES = 8 * 1024 * 1024
 """Large arrays are fetched in ranges of this size, `PARALLEL` at a time."""
+
+MERGED_BYTES = 64 * 1024
+"""Small ranges (zip member headers) that fit in a span of this size are fetched as one: a
+request costs more than the bytes between them (a small member's data)."""
 
 PARALLEL = 8
 SMALL_PARALLEL = 32  # for small ranges (npz member headers): requests, not bytes, dominate
@@ -159,9 +165,15 @@ class RemoteFile(Location):
     def read_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         size = self.size()
         clipped = [(max(0, s), min(e, size)) for s, e in ranges]
-        wanted = [(s, e) for s, e in clipped if e > s and s >= HEAD_BYTES]
-        fetched = dict(zip(wanted, self._fetch(wanted), strict=True)) if wanted else {}
-        return [fetched[(s, e)] if (s, e) in fetched else self.read(s, e) for s, e in clipped]
+        wanted = sorted({(s, e) for s, e in clipped if e > s and s >= HEAD_BYTES})
+        spans = _merge_small(wanted)
+        fetched = dict(zip(spans, self._fetch(spans), strict=True)) if spans else {}
+        out = []
+        for s, e in clipped:
+            span = next(((lo, hi) for lo, hi in spans if lo <= s and e <= hi), None)
+            out.append(self.read(s, e) if span is None or e <= s
+                       else fetched[span][s - span[0] : e - span[0]])
+        return out
 
     def read_all(self) -> bytes:
         return self.read(0, self.size())
@@ -310,6 +322,17 @@ class RemoteFile(Location):
             exc = exc.__cause__ or exc.__context__
         detail = clean(f"{type(exc).__name__}: {exc}", self.url, self.options)
         return file_error(self.name, f"{problem} ({detail})" if str(exc) else problem, fix)
+
+
+def _merge_small(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ranges, neighbours joined while the joined span stays within `MERGED_BYTES`."""
+    spans: list[tuple[int, int]] = []
+    for start, end in ranges:
+        if spans and max(end, spans[-1][1]) - spans[-1][0] <= MERGED_BYTES:
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+        else:
+            spans.append((start, end))
+    return spans
 
 
 def _with_timeouts(protocol: str, options: dict, timeout: float) -> dict:

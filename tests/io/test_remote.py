@@ -5,8 +5,6 @@ failure is a LoadError naming the URL, in bounded time."""
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sys
 import time
 
@@ -18,13 +16,15 @@ import requests
 import inspector
 from inspector.core.errors import LoadError
 from inspector.io.remote import CHUNK_BYTES, HEAD_BYTES
-from tests.io.servers import RangeServer, SilentServer, counting_moto_server, refused_url
+from tests.io.servers import RangeServer, SilentServer, refused_url, s3_serving
 
 FORMATS = {  # name -> (what to load, below the server root; most requests for its structure)
     "safetensors": ("model.safetensors", 2),
     "sharded index": ("sharded/model.safetensors.index.json", 6),  # index: 2; each shard: 2
-    # size, head, tail (the central directory), then each member's headers (14, concurrently)
-    "npz": ("model.npz", 3 + 14),
+    # size, head, tail (the central directory), then the 13 member headers past the head
+    # concurrently, those close together as one range: each 2 KiB bias's header with the next
+    # weight's, the last with the step's (6; it was one request per member)
+    "npz": ("model.npz", 3 + 6),
     # _METADATA, _sharding, manifest.ocdbt (size, then tensorstore's reads), b-tree nodes
     "orbax": ("ckpt/", 10),
 }
@@ -76,28 +76,8 @@ def http(root):
 
 @pytest.fixture(scope="module")
 def s3(root):
-    import boto3
-
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = counting_moto_server()
-    server.start()
-    try:
-        client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        for path in root.rglob("*"):
-            if path.is_file():
-                client.upload_file(str(path), BUCKET, str(path.relative_to(root)))
-        server.options = {"endpoint_url": server.url}
+    with s3_serving(root, BUCKET) as server:
         yield server
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _url(server, kind: str, name: str) -> str:
@@ -241,13 +221,37 @@ def test_s3_failures_are_load_errors_naming_the_url(s3):
         requests.post(f"{s3.url}/moto-api/reset-auth", data=b"1000000000", timeout=5)
 
 
-def test_a_missing_filesystem_names_the_extra(monkeypatch):
+@pytest.mark.parametrize(("url", "module"), [
+    ("gs://bucket/model.safetensors", "gcsfs"),
+    ("hf://org/model/model.safetensors", "huggingface_hub"),
+])
+def test_a_missing_filesystem_names_the_extra(monkeypatch, url, module):
     import fsspec  # noqa: F401  (fsspec.registry the attribute is a mapping; the module is here)
 
-    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, "gs", raising=False)
-    monkeypatch.setitem(sys.modules, "gcsfs", None)
-    message = _fails_within("gs://bucket/model.safetensors", 5, "gs://bucket/model.safetensors")
+    protocol = url.split("://")[0]
+    monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
+    monkeypatch.setitem(sys.modules, module, None)
+    message = _fails_within(url, 5, f"Cannot load {url}: reading {protocol}:// URLs needs a "
+                            "filesystem that is not installed")
     assert "pip install 'pytree-inspector[remote]'" in message
+
+
+def test_gs_and_hf_failures_are_load_errors_naming_the_url():
+    # gcsfs and huggingface_hub's own clients, pointed at servers on 127.0.0.1
+    refused = refused_url()
+    _fails_within("hf://org/model/model.safetensors", 5, "Cannot load hf://org/model/model."
+                  "safetensors: could not connect to the server", storage_options={
+                      "endpoint": refused})
+    # gcsfs retries a refused connection with back-off (up to 6 times, fixed in its code):
+    # the deadline ends it
+    _fails_within("gs://bucket/model.safetensors", 3 + 5, "Cannot load gs://bucket/model."
+                  "safetensors: the server did not answer within 3 s", timeout=3,
+                  storage_options={"endpoint_url": refused, "token": "anon"})
+    with SilentServer() as silent:
+        _fails_within("hf://org/model/model.safetensors", 4, "did not answer within 1 s",
+                      storage_options={"endpoint": silent.url}, timeout=1)
+        _fails_within("gs://bucket/model.safetensors", 1 + 5, "did not answer within 1 s",
+                      storage_options={"endpoint_url": silent.url, "token": "anon"}, timeout=1)
 
 
 def test_a_synchronous_filesystem_reads_through_the_same_path(root):
