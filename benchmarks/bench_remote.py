@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import os
 import statistics
 import sys
 import tempfile
@@ -31,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.io.servers
 
 import inspector  # noqa: E402
-from tests.io.servers import RangeServer, counting_moto_server  # noqa: E402
+from tests.io.servers import RangeServer, s3_serving  # noqa: E402
 
 LAYERS, PER_LAYER = 24, 8
 BUCKET = "bench"
@@ -114,9 +112,6 @@ def main() -> None:
                         help="also time npz over moto (minutes at 400 MB: one range request per "
                         "member, each copying the whole object inside moto)")
     args = parser.parse_args()
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         started = time.perf_counter()
@@ -126,50 +121,38 @@ def main() -> None:
               f"{time.perf_counter() - started:.0f} s; {args.repeats} loads each over http, "
               f"{args.s3_repeats} over s3 (moto's server copies the whole object for every "
               f"range request, so its times are moto's, not the client's)\n")
-        s3 = counting_moto_server()
-        s3.start()
-        try:
-            import boto3
-
-            client = boto3.client("s3", endpoint_url=s3.url, region_name="us-east-1")
-            client.create_bucket(Bucket=BUCKET)
-            for path in folder.rglob("*"):
-                if path.is_file():
-                    client.upload_file(str(path), BUCKET, str(path.relative_to(folder)))
-            with RangeServer(folder) as http:
-                servers = {
-                    "http": (http, lambda n: f"{http.url}/{n}", None),
-                    "s3 (moto)": (s3, lambda n: f"s3://{BUCKET}/{n}", {"endpoint_url": s3.url}),
-                }
-                repeats = {"http": args.repeats, "s3 (moto)": args.s3_repeats}
-                print(f"{'structure of':26} {'over':10} {'bytes':>10} {'requests':>9} "
-                      f"{'median ms':>10} {'min-max ms':>14}")
-                for fmt, name in names.items():
-                    for where, (server, url, options) in servers.items():
-                        if fmt == "npz" and where != "http" and not args.moto_npz:
-                            print(f"{fmt:26} {where:10} (skipped: the same requests as over "
-                                  "http; --moto-npz times them, each copying the whole object "
-                                  "inside moto)")
-                            continue
-                        nbytes, count, times = measure(server, url(name), options,
-                                                       repeats[where], where == "http")
-                        ms = [t * 1e3 for t in times]
-                        print(f"{fmt:26} {where:10} {nbytes:>10,} {count:>9} "
-                              f"{statistics.median(ms):>10.1f} "
-                              f"{min(ms):>6.1f}-{max(ms):<7.1f}", flush=True)
-                print(f"\n{'one 4 MiB leaf':26} {'over':10} {'bytes':>10} {'requests':>9} "
-                      f"{'x leaf':>10}")
+        with s3_serving(folder, BUCKET) as s3, RangeServer(folder) as http:
+            servers = {
+                "http": (http, lambda n: f"{http.url}/{n}", None),
+                "s3 (moto)": (s3, lambda n: f"s3://{BUCKET}/{n}", {"endpoint_url": s3.url}),
+            }
+            repeats = {"http": args.repeats, "s3 (moto)": args.s3_repeats}
+            print(f"{'structure of':26} {'over':10} {'bytes':>10} {'requests':>9} "
+                  f"{'median ms':>10} {'min-max ms':>14}")
+            for fmt, name in names.items():
                 for where, (server, url, options) in servers.items():
-                    nbytes, got, count = leaf_cost(server, url("model.safetensors"), options)
-                    print(f"{'inspector':26} {where:10} {got:>10,} {count:>9} "
-                          f"{got / nbytes:>10.3f}")
-                offset = _offset(folder / "model.safetensors", "embed_4mib")
-                got, count = fsspec_default_cost(http, f"{http.url}/model.safetensors",
-                                                 offset, 2**22)
-                print(f"{'fsspec default open/read':26} {'http':10} {got:>10,} {count:>9} "
-                      f"{got / 2**22:>10.3f}")
-        finally:
-            s3.stop()
+                    if fmt == "npz" and where != "http" and not args.moto_npz:
+                        print(f"{fmt:26} {where:10} (skipped: the same requests as over "
+                              "http; --moto-npz times them, each copying the whole object "
+                              "inside moto)")
+                        continue
+                    nbytes, count, times = measure(server, url(name), options,
+                                                   repeats[where], where == "http")
+                    ms = [t * 1e3 for t in times]
+                    print(f"{fmt:26} {where:10} {nbytes:>10,} {count:>9} "
+                          f"{statistics.median(ms):>10.1f} "
+                          f"{min(ms):>6.1f}-{max(ms):<7.1f}", flush=True)
+            print(f"\n{'one 4 MiB leaf':26} {'over':10} {'bytes':>10} {'requests':>9} "
+                  f"{'x leaf':>10}")
+            for where, (server, url, options) in servers.items():
+                nbytes, got, count = leaf_cost(server, url("model.safetensors"), options)
+                print(f"{'inspector':26} {where:10} {got:>10,} {count:>9} "
+                      f"{got / nbytes:>10.3f}")
+            offset = _offset(folder / "model.safetensors", "embed_4mib")
+            got, count = fsspec_default_cost(http, f"{http.url}/model.safetensors",
+                                             offset, 2**22)
+            print(f"{'fsspec default open/read':26} {'http':10} {got:>10,} {count:>9} "
+                  f"{got / 2**22:>10.3f}")
 
 
 def _offset(path: Path, name: str) -> int:

@@ -1,11 +1,16 @@
-"""What the browser tests share: chromium, free ports, waiting for a server and stopping it."""
+"""What the browser tests share: chromium, free ports, the launcher started and stopped,
+waiting for a server."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import re
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.request
 
@@ -40,6 +45,57 @@ def wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
             if proc.poll() is not None or time.time() > deadline:
                 pytest.fail(f"{url} did not answer (exit code {proc.poll()})")
             time.sleep(0.2)
+
+
+def listening(port: int, proc: subprocess.Popen, seconds: float = 180) -> None:
+    """Returns once 127.0.0.1:`port` accepts connections; fails if `proc` exits or `seconds`
+    pass first. (A GET of an app page builds a session each time: slow on a busy machine.)"""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"port {port} did not open (exit code {proc.poll()})")
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def launched_app(folder, *args: str, env: dict | None = None, seconds: float = 180):
+    """Runs `python -m inspector ARGS --no-show --port P` in `folder`; yields the app's URL (as
+    the launcher printed it) once its first page was built; stops the launcher afterwards.
+
+    The launcher's output is read to its end in a thread, so a full pipe never blocks it.
+    """
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inspector", *args, "--no-show", "--port", str(port)], cwd=folder,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        try:
+            line = lines.get(timeout=seconds)
+        except queue.Empty:
+            pytest.fail(f"the launcher printed nothing in {seconds:g} s (exit {proc.poll()})")
+        match = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line)
+        assert match, f"the launcher printed {line!r} (exit code {proc.poll()})"
+        listening(port, proc, seconds)
+        # the first page of a fresh launcher builds slowly (imports); later pages are quick
+        urllib.request.urlopen(match.group(1), timeout=seconds).close()
+        yield match.group(1)
+    finally:
+        stop(proc)
+        reader.join(5)
+        proc.stdout.close()
 
 
 @contextlib.contextmanager

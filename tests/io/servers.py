@@ -4,12 +4,15 @@
   counting requests and body bytes; `/__status/401/...` answers that status, `/__truncate/...`
   promises the whole body and closes half-way.
 - `SilentServer`: accepts connections and never answers (the timeout case).
-- `CountingMotoServer`: moto's S3 server (`ThreadedMotoServer`) with the same counters.
+- `CountingMotoServer`: moto's S3 server (`ThreadedMotoServer`) with the same counters;
+  `s3_serving(folder, bucket)` starts one holding a folder's files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import logging
 import os
 import re
 import socket
@@ -235,3 +238,33 @@ def counting_moto_server():
             self._server.serve_forever()
 
     return CountingMotoServer()
+
+
+@contextlib.contextmanager
+def s3_serving(folder: str | os.PathLike, bucket: str):
+    """Runs moto's S3 server holding every file below `folder` in `bucket`, with test
+    credentials in the environment (restored after); yields the server: `.url`, `.traffic`,
+    and `.options`, the storage_options that reach it."""
+    import boto3
+
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(dict.fromkeys(names, "testing"))
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = counting_moto_server()
+    server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        for path in Path(folder).rglob("*"):
+            if path.is_file():
+                client.upload_file(str(path), bucket, path.relative_to(folder).as_posix())
+        server.options = {"endpoint_url": server.url}
+        yield server
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -5,14 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import inspector
-from tests.serving import free_port, session, stop, wait_for
+from tests.serving import launched_app, session
 
 pytestmark = pytest.mark.browser
 
@@ -35,21 +33,8 @@ def launched(tmp_path_factory):
     inspector.save(MODEL, folder / "model.safetensors")
     inspector.save(OLD, folder / "old.npz")
     inspector.save({"extra_tree": {"x": np.arange(5, dtype=np.int32)}}, folder / "third.npz")
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "inspector", "model.safetensors", "old.npz", "--no-show",
-         "--port", str(port)], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True)
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line)
-        assert match, f"the launcher printed {line!r} (exit code {proc.poll()})"
-        url = match.group(1)
-        wait_for(url, proc)
+    with launched_app(folder, "model.safetensors", "old.npz") as url:
         yield url
-    finally:
-        stop(proc)
-        proc.stdout.close()
 
 
 @pytest.fixture

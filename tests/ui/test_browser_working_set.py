@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
-import sys
-import time
 
 import jax
 import numpy as np
@@ -14,23 +10,9 @@ import pytest
 from playwright.sync_api import expect
 
 import inspector
-from tests.serving import free_port, stop
+from tests.serving import launched_app
 
 pytestmark = pytest.mark.browser
-
-
-def listening(port: int, proc, seconds: float = 180) -> None:
-    """Waits for the port to accept connections (a GET of the page would build a session each
-    time, which on a busy machine takes longer than any short timeout)."""
-    deadline = time.time() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"port {port} did not open (exit code {proc.poll()})")
-            time.sleep(0.2)
 
 
 def checkpoint(seed: int) -> dict:
@@ -45,20 +27,8 @@ def launched(tmp_path_factory):
     folder = tmp_path_factory.mktemp("merge")
     for name, seed in (("a.safetensors", 0), ("b.safetensors", 1)):
         inspector.save(checkpoint(seed), folder / name)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "inspector", "a.safetensors", "b.safetensors", "--no-show",
-         "--port", str(port)], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True)
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line)
-        assert match, f"the launcher printed {line!r} (exit code {proc.poll()})"
-        listening(port, proc)
-        yield match.group(1)
-    finally:
-        stop(proc)
-        proc.stdout.close()
+    with launched_app(folder, "a.safetensors", "b.safetensors") as url:
+        yield url
 
 
 def test_two_checkpoints_preselected_a_typed_weight_updates_the_status(browser, launched):

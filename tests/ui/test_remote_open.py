@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from inspector.ui import app
 from inspector.ui.session.checkpoint_files import REMOTE_OFF
 from inspector.ui.session.state import InspectorState
 from tests.io.servers import RangeServer
-from tests.serving import free_port, session, stop, wait_for
+from tests.serving import launched_app, session
 
 MODEL = {"dense": {"kernel": np.arange(12, dtype=np.float32).reshape(4, 3)},
          "big": np.ones(300_000, np.float32)}
@@ -116,19 +114,9 @@ def test_the_launcher_takes_urls_and_the_flags(http, tmp_path, monkeypatch):
 
 # Browser ------------------------------------------------------------------------------------
 
-def _launch(folder, *flags):
-    port = free_port()
+def _launched(folder, *flags):
     env = {k: v for k, v in os.environ.items() if k != "PYTREE_INSPECTOR_ALLOW_REMOTE"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "inspector", "--no-show", "--no-examples", "--port", str(port),
-         *flags], cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/inspector"
-    try:
-        wait_for(f"http://127.0.0.1:{port}/static/extensions/panel/css/loading.css", proc)
-    except BaseException:
-        stop(proc)
-        raise
-    return proc, url
+    return launched_app(folder, "--no-examples", *flags, env=env)
 
 
 @pytest.mark.browser
@@ -137,26 +125,15 @@ def _launch(folder, *flags):
 # not gating, until the cause is found (issue 14 stays open for it).
 @pytest.mark.xfail(strict=False, reason="flaky after tests/io/test_remote.py; cause not found")
 def test_the_served_app_opens_urls_only_with_allow_remote(browser, http, tmp_path):
-    proc, url = _launch(tmp_path)
-    try:
-        with session(browser, url) as page:
-            # a fresh launcher's first page can take a while on a busy machine
-            page.get_by_text("Opening URLs is off. Start the app with --allow-remote").wait_for(
-                timeout=60_000)
-            assert page.get_by_label("Open URL").count() == 0
-    finally:
-        stop(proc)
-    proc, url = _launch(tmp_path, "--allow-remote")
-    try:
-        with session(browser, url) as page:
-            field = page.get_by_label("Open URL")
-            field.wait_for(timeout=60_000)
-            field.fill(f"{http.url}/model.safetensors")
-            field.press("Tab")
-            page.locator("button", has_text="Open URL").click()
-            item = page.locator("""[role=treeitem][data-path="['dense']['kernel']"]""").first
-            item.wait_for(timeout=60_000)
-            assert "float32[4,3]" in item.inner_text()
-            assert page.get_by_text(f"url {http.url}/model.safetensors").count() >= 1
-    finally:
-        stop(proc)
+    with _launched(tmp_path) as url, session(browser, url) as page:
+        page.get_by_text("Opening URLs is off. Start the app with --allow-remote").wait_for()
+        assert page.get_by_label("Open URL").count() == 0
+    with _launched(tmp_path, "--allow-remote") as url, session(browser, url) as page:
+        field = page.get_by_label("Open URL")
+        field.fill(f"{http.url}/model.safetensors")
+        field.press("Tab")
+        page.locator("button", has_text="Open URL").click()
+        item = page.locator("""[role=treeitem][data-path="['dense']['kernel']"]""").first
+        item.wait_for(timeout=60_000)
+        assert "float32[4,3]" in item.inner_text()
+        assert page.get_by_text(f"url {http.url}/model.safetensors").count() >= 1
