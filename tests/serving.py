@@ -62,9 +62,11 @@ def listening(port: int, proc: subprocess.Popen, seconds: float = 180) -> None:
 
 
 @contextlib.contextmanager
-def launched_app(folder, *args: str, env: dict | None = None, seconds: float = 180):
+def launched_app(folder, *args: str, env: dict | None = None, seconds: float = 180,
+                 first_page: bool = True):
     """Runs `python -m inspector ARGS --no-show --port P` in `folder`; yields the app's URL (as
-    the launcher printed it) once its first page was built; stops the launcher afterwards.
+    the launcher printed it) once its port is open and (`first_page`) its first page was built
+    (the slowest: a fresh process); stops the launcher afterwards.
 
     The launcher's output is read to its end in a thread, so a full pipe never blocks it.
     """
@@ -89,8 +91,8 @@ def launched_app(folder, *args: str, env: dict | None = None, seconds: float = 1
         match = re.search(r"at (http://127\.0\.0\.1:\d+/inspector) ", line)
         assert match, f"the launcher printed {line!r} (exit code {proc.poll()})"
         listening(port, proc, seconds)
-        # the first page of a fresh launcher builds slowly (imports); later pages are quick
-        urllib.request.urlopen(match.group(1), timeout=seconds).close()
+        if first_page:  # later pages build quickly
+            urllib.request.urlopen(match.group(1), timeout=seconds).close()
         yield match.group(1)
     finally:
         stop(proc)
