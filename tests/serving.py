@@ -106,7 +106,9 @@ def session(browser, url: str):
     context = browser.new_context(viewport={"width": 1680, "height": 1050})
     page = context.new_page()
     page.set_default_timeout(15_000)
-    page.goto(url)
+    # Opening a page builds its session on the server first: seconds when the machine is busy
+    # (measured at load 12-14 on 2 cores: 5-9 s, past 15 s at times), so navigation gets longer
+    page.goto(url, timeout=120_000)
     try:
         yield page
     finally:
