@@ -29,11 +29,11 @@ from jax import lax
 
 from inspector.core import nodes
 from inspector.core.errors import IndexOutOfRangeError, InspectorError
-from inspector.core.indexing import (
-    _ATOMS,
-    _index_kernel,
-    _normalize,
+from inspector.core.index_rules import (
+    INDEX_ATOMS,
+    index_kernel,
     index_pairs,
+    normalize_index,
     raise_misfits,
 )
 from inspector.core.out_buffers import output_buffer
@@ -155,7 +155,7 @@ def _recipe(layout: Layout, index_tree) -> _Recipe | None:
             got = seen.get(shape)
             if got is None:
                 try:
-                    got = _normalize(idx, shape)
+                    got = normalize_index(idx, shape)
                 except (IndexOutOfRangeError, InspectorError) as e:
                     got = e
                 seen[shape] = got
@@ -212,7 +212,7 @@ def _recipe(layout: Layout, index_tree) -> _Recipe | None:
 def _subtrees(layout: Layout, index_tree):
     """Yields `(path, index, subtree(), leaf ordinals, leaf shapes)` for each index in the
     index tree (`subtree()` gives the structure below it, for error messages)."""
-    if isinstance(index_tree, _ATOMS) and not isinstance(index_tree, bool):
+    if isinstance(index_tree, INDEX_ATOMS) and not isinstance(index_tree, bool):
         # One index for the whole tree (the common case): the shapes come from the slots,
         # without building the tree's structure (20 us per leaf) on a first call.
         ((path, idx, _),) = index_pairs(index_tree, None)
@@ -242,7 +242,7 @@ def _packed_kernel(runs):
     def kernel(out, buf, starts):
         # Each piece is written in place into the donated output: one pass at copy speed.
         for a, b, row, head in runs:
-            piece = _index_kernel((*head, ("f",)))(buf[..., a:b], starts[row])
+            piece = index_kernel((*head, ("f",)))(buf[..., a:b], starts[row])
             out = lax.dynamic_update_slice_in_dim(out, piece, a, axis=out.ndim - 1)
         return out
 
