@@ -90,7 +90,7 @@ def test_structure_of_a_huge_file_costs_milliseconds(tmp_path):
     tree = load(path)
     elapsed = time.perf_counter() - start
     assert (tree["big"].shape, tree["big"].nbytes) == ((2**33,), 2**35)
-    assert elapsed < 0.05
+    assert elapsed < 2.0  # reading 32 GiB would take far longer; a loose bound for busy CI
 
 
 def _write_shards(tmp_path):

@@ -22,7 +22,12 @@ def test_defaults_load_fast_and_set_up_the_scenarios():
     start = time.perf_counter()
     s = InspectorState()
     s.load_defaults()
-    assert time.perf_counter() - start < 0.5
+    # Built once per process and shared (not rebuilt per session); the bound is loose on purpose
+    # (a shared 2-core CI machine), the identity check is the real one.
+    assert time.perf_counter() - start < 5.0
+    first = InspectorState()
+    first.load_defaults()
+    assert all(first.trees[name] is s.trees[name] for name in ("t1", "params", "grads"))
     assert list(s.trees)[:3] == ["t1", "t2", "t3"]
     assert {"s2", "mlp_0", "mlp_3", "params", "grads"} <= set(s.trees)
     assert s.selected == "t1" and s.op == "weighted_sum"
