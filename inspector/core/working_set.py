@@ -126,6 +126,7 @@ class WorkingSet:
     by every session) share one copy: it is read once and freed when the last of them releases
     it (or closes), or when the budget evicts it.
 
+    >>> before = held_bytes()  # process-wide: other working sets may hold trees too
     >>> ws = WorkingSet()
     >>> tree = {"w": np.arange(4, dtype=np.float32)}
     >>> held = ws.hold({"a": tree})
@@ -134,7 +135,7 @@ class WorkingSet:
     >>> other = WorkingSet()
     >>> other.hold({"same": tree})["same"] is held["a"]   # read once, shared
     True
-    >>> ws.close(); other.close(); ws.holdings(), held_bytes()
+    >>> ws.close(); other.close(); ws.holdings(), held_bytes() - before
     ([], 0)
     """
 
