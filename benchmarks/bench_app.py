@@ -39,8 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import inspector  # noqa: E402
 from inspector.ui.session.state import REPEAT_DELAY  # noqa: E402
-from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, stop  # noqa: E402
-from tests.ui.test_browser_working_set import listening  # noqa: E402
+from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, listening, stop  # noqa: E402
 
 MB = 1e6
 VOCAB, D, BLOCKS, CTX = 50_257, 1024, 20, 1024
