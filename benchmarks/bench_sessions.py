@@ -79,7 +79,7 @@ async def _open(browser, url: str, out: dict, timeout_ms: int):
 async def _session(page, i: int, n: int, out: dict, all_done: asyncio.Barrier) -> None:
     tree_name, other = LOADS[i % 2][1], LOADS[(i + 1) % 2][1]
     try:
-        await page.get_by_role("combobox").first.click()
+        await page.get_by_role("combobox").filter(has_text="S1: weighted sum").first.click()
         await page.locator("li", has_text=LOADS[i % 2][0]).first.click()
         button = page.get_by_role("button", name="Load the trees of `example`.")
         out["load"].append(await _timed(button.click,

@@ -15,11 +15,10 @@ import panel_material_ui as pmui
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
+from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, KINDS
 from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
 from inspector.ui.session.tree_index import ROOT_ID
-from inspector.ui.tree_view import _find, _item_at
-from inspector.ui.windowed_tree import WindowedTree
 
 _HINT = ("Pick two loaded trees: **a**, the expected tree (the model's parameters), and **b**, "
          "the tree to check against it (a checkpoint). Open checkpoints from the sidebar.")
@@ -77,21 +76,19 @@ class DiffSummary(pn.viewable.Viewer):
 
 
 class DiffTreeView(pn.viewable.Viewer):
-    """The union of both trees as a lazy `WindowedTree`, fed from the `TreeDiff`'s index
-    exactly as `TreeView` feeds the input tree (children sent on expand, ranges of 100)."""
+    """The union of both trees as a `LazyTree` (the one `TreeView` uses), fed from the
+    `TreeDiff`'s index (children sent on expand, ranges of 100), synced with
+    `state.tree_views['diff']`."""
 
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self._syncing = False
-        self.tree = WindowedTree(items=[], level_indent=16, max_height=620,
-                                 sizing_mode="stretch_width", margin=(0, 0))
-        self.tree.param.watch(self._on_expanded, "expanded")
-        self.tree.param.watch(self._on_active, "active")
         self._heat: tuple = (None, {})  # (the diff_table it was made from, heat by path)
-        state.param.watch(self._update, ["diff_result", "diff_only", "diff_expanded",
-                                         "diff_path", "diff_values", "diff_table"])
-        self._update()
+        self.lazy = LazyTree(state.tree_views["diff"], self._shown, max_height=620)
+        self.tree = self.lazy.tree
+        state.param.watch(self.lazy.update, ["diff_result", "diff_only", "diff_values",
+                                             "diff_table"])
+        self.lazy.update()
 
     def __panel__(self):
         return self.tree
@@ -100,21 +97,12 @@ class DiffTreeView(pn.viewable.Viewer):
         d = self._state.diff_result
         return None if d is None else d.index(self._state.diff_only)
 
-    def _update(self, *_):
+    def _shown(self):
         d, index = self._state.diff_result, self.index()
         if index is None:
-            self._set(items=[], expanded=[], active=[])
-            return
-        expanded, path = self._state.diff_expanded, self._state.diff_path
-        items, paths = index.items(expanded, root_label=f"{d.a.name} vs {d.b.name}",
-                                   values=self._state.diff_values, heat=self.heat())
-        at = _find(items, path) if path else None
-        if path and at is None:
-            missing = [i for i in index.reveal(path) if i not in expanded]
-            if missing:
-                self._state.diff_expanded = [*expanded, *missing]
-                return
-        self._set(items=items, expanded=paths, active=[at] if at else [])
+            return None
+        return index, {"root_label": f"{d.a.name} vs {d.b.name}",
+                       "values": self._state.diff_values, "heat": self.heat()}
 
     def heat(self) -> dict:
         """{node path: {"color", "title"}} from the whole-tree value diff ({} until asked)."""
@@ -125,62 +113,19 @@ class DiffTreeView(pn.viewable.Viewer):
             self._heat = (table, heat_by_path(table))
         return self._heat[1]
 
-    def _set(self, **values):
-        self._syncing = True
-        try:
-            self.tree.param.update(**values)
-        finally:
-            self._syncing = False
-
-    def _on_expanded(self, event):
-        index = self.index()
-        if self._syncing or index is None:
-            return
-        ids = [item["id"] for p in event.new if (item := _item_at(self.tree.items, p))]
-        before = self._state.diff_expanded
-        visible = set(index.visible_ids(before))
-        after = [i for i in before if i not in visible] + ids
-        for new in set(ids) - set(before):  # as in TreeView: one open range per parent
-            closing = set(index.sibling_ranges(new))
-            after = [i for i in after if i not in closing]
-        self._state.diff_expanded = after
-
-    def _on_active(self, event):
-        if self._syncing or not event.new:
-            return
-        item = _item_at(self.tree.items, event.new[0])
-        index = self.index()
-        if item is not None and index is not None and index.row_of(item["id"]) is not None:
-            self._state.diff_path = item["id"]
-
     # for tests ------------------------------------------------------------------------------
 
     def expand(self, node_id: str) -> None:
         """Expands a node as a click on its arrow would."""
-        path = _find(self.tree.items, node_id)
-        if path is None:
-            raise KeyError(f"{node_id!r} is not shown")
-        self.tree.expanded = [*self.tree.expanded, path]
+        self.lazy.expand(node_id)
 
     def select(self, node_id: str) -> None:
         """Selects a node as a click on its row would."""
-        path = _find(self.tree.items, node_id)
-        if path is None:
-            raise KeyError(f"{node_id!r} is not shown")
-        self.tree.active = [path]
+        self.lazy.select(node_id)
 
     def shown(self) -> dict[str, dict]:
         """Every item the widget holds, by id (placeholders excluded)."""
-        out: dict[str, dict] = {}
-
-        def walk(items):
-            for item in items:
-                if item.get("selectable") is not False:
-                    out[item["id"]] = item
-                walk(item.get("items") or [])
-
-        walk(self.tree.items)
-        return out
+        return self.lazy.shown()
 
 
 class DiffLeafView(pn.viewable.Viewer):
@@ -194,15 +139,18 @@ class DiffLeafView(pn.viewable.Viewer):
         self._sources = {k: ColumnDataSource({"left": [], "right": [], "top": []})
                          for k in ("a", "b", "delta")}
         self._plots = pmui.Column(sizing_mode="stretch_width", margin=0, visible=False)
-        state.param.watch(self._update, ["diff_result", "diff_path", "diff_values", "busy"])
-        state.param.watch(self._update_histograms, ["diff_path", "diff_histograms"])
+        self._view = state.tree_views["diff"]
+        state.param.watch(self._update, ["diff_result", "diff_values", "busy"])
+        state.param.watch(self._update_histograms, ["diff_histograms"])
+        self._view.param.watch(self._update, "path")
+        self._view.param.watch(self._update_histograms, "path")
         self._update()
 
     def __panel__(self):
         return pmui.Column(self.html, self._plots, sizing_mode="stretch_width", margin=0)
 
     def _update_histograms(self, *_):
-        hists = self._state.diff_histograms.get(self._state.diff_path) or {}
+        hists = self._state.diff_histograms.get(self._view.path) or {}
         for key, source in self._sources.items():
             counts, edges = hists.get(key, ([], [0]))
             source.data = {"left": list(edges[:-1]), "right": list(edges[1:]),
@@ -224,7 +172,7 @@ class DiffLeafView(pn.viewable.Viewer):
         self._plots.visible = bool(hists)
 
     def _update(self, *_):
-        d, path = self._state.diff_result, self._state.diff_path
+        d, path = self._state.diff_result, self._view.path
         if d is None or not path or d.row(path) is None:
             self.html.object = ("<p style='color:var(--mui-palette-text-secondary)'>Select a "
                                 "node to see both sides; selecting a leaf compares its values."

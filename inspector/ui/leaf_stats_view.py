@@ -48,8 +48,9 @@ class LeafStatsView(pn.viewable.Viewer):
         self._plot = None  # built on the first leaf shown: most sessions never need it
         self._layout = pmui.Column(pmui.Row(self._path, self._copy, sizing_mode="stretch_width"),
                                    self._summary, sizing_mode="stretch_width", visible=False)
-        params_ = [f"{self.source}_path", "selected", "result", "trees"]
-        state.param.watch(self._update, params_)
+        self._view = state.tree_views[self.source]
+        self._view.param.watch(self._update, "path")
+        state.param.watch(self._update, ["selected", "result", "trees"])
         self._update()
 
     def __panel__(self):
@@ -74,7 +75,7 @@ class LeafStatsView(pn.viewable.Viewer):
         return self._plot is not None and self._plot.visible
 
     def _update(self, *_):
-        path = getattr(self._state, f"{self.source}_path")
+        path = self._view.path
         shown = self._state.shown(self.source)
         self._path.value = path
         self._layout.visible = bool(path)

@@ -1,9 +1,7 @@
 """The tree view: a lazily fed windowed tree, a leaf search table, and the selected leaf's stats.
 
-Items come from the tree's `TreeIndex`: the widget holds only what is visible. Expanding a
-node in the browser sets the widget's `expanded`; the view turns those index paths into key
-paths, stores them in the session state (`input_expanded` / `result_expanded`), and the state
-change sends the new items, now with that node's children.
+The tree is a `LazyTree` (items from the tree's `TreeIndex`: the widget holds only what is
+visible) synced with the view's `TreeViewState` (`state.tree_views['input' or 'result']`).
 """
 
 from __future__ import annotations
@@ -14,31 +12,10 @@ import panel as pn
 import panel_material_ui as pmui
 import param
 
+from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.leaf_stats_view import LeafStatsView
 from inspector.ui.session.formatting import human_bytes, human_count, plural
 from inspector.ui.session.leaf_numbers import short_values
-from inspector.ui.windowed_tree import WindowedTree
-
-
-def _find(items: list, target: str, path=()) -> tuple[int, ...] | None:
-    for k, item in enumerate(items):
-        if item.get("id") == target:
-            return (*path, k)
-        if item.get("items"):
-            found = _find(item["items"], target, (*path, k))
-            if found:
-                return found
-    return None
-
-
-def _item_at(items: list, path) -> dict | None:
-    item = None
-    for k in path:
-        if not items or k >= len(items):
-            return None
-        item = items[k]
-        items = item.get("items") or []
-    return item
 
 
 class LeafTableView(pn.viewable.Viewer):
@@ -54,9 +31,10 @@ class LeafTableView(pn.viewable.Viewer):
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
+        self._view = state.tree_views[self.source]
         self._search = pmui.TextInput(
             label="Search leaves by key path", placeholder="e.g. attn  or  layer_00(0|1).*kernel",
-            value=getattr(state, f"{self.source}_search"), sizing_mode="stretch_width",
+            value=self._view.search, sizing_mode="stretch_width",
             size="small", margin=(5, 5))
         self._search.param.watch(self._on_search, "value_input")
         self._regex = pmui.Switch.from_param(state.param.search_regex, label="regex",
@@ -72,8 +50,8 @@ class LeafTableView(pn.viewable.Viewer):
         self.search = pmui.Row(self._search, self._regex, sizing_mode="stretch_width", margin=0)
         self.results = pmui.Column(self._count, self._table, sizing_mode="stretch_width",
                                    margin=0)
-        state.param.watch(self._update, [f"{self.source}_search", "search_regex", "selected",
-                                         "result", "trees"])
+        state.param.watch(self._update, ["search_regex", "selected", "result", "trees"])
+        self._view.param.watch(self._update, "search")
         self._update()
 
     def __panel__(self):
@@ -82,15 +60,15 @@ class LeafTableView(pn.viewable.Viewer):
     @property
     def active(self) -> bool:
         """Whether there is a query (and so a table to show)."""
-        return bool(getattr(self._state, f"{self.source}_search"))
+        return bool(self._view.search)
 
     def _on_search(self, event):
-        setattr(self._state, f"{self.source}_search", event.new or "")
+        self._view.search = event.new or ""
 
     def _on_selection(self, event):
         if event.new and self._table.value is not None:
             path = self._table.value["path"].iloc[event.new[0]]
-            setattr(self._state, f"{self.source}_path", path)
+            self._view.path = path
 
     @property
     def frame(self):
@@ -99,7 +77,7 @@ class LeafTableView(pn.viewable.Viewer):
 
     def _update(self, *_):
         shown = self._state.shown(self.source)
-        query = getattr(self._state, f"{self.source}_search")
+        query = self._view.search
         if self._search.value_input != query:
             self._search.value = query
         if not query:
@@ -134,14 +112,12 @@ class TreeView(pn.viewable.Viewer):
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self._syncing = False
+        self.view = state.tree_views[self.source]
         self._loaded = False  # the page has loaded (the search field may join)
         self._stats_shown = False
         self._stats_layout = None
-        self.tree = WindowedTree(items=[], level_indent=16, max_height=600,
-                                 sizing_mode="stretch_width", margin=(0, 0))
-        self.tree.param.watch(self._on_expanded, "expanded")
-        self.tree.param.watch(self._on_active, "active")
+        self.lazy = LazyTree(self.view, self._shown, max_height=600)
+        self.tree = self.lazy.tree
         self._header = pmui.Typography("", variant="body2", margin=(0, 10),
                                        sizing_mode="stretch_width")
         self.table = LeafTableView(state, source=self.source)
@@ -154,14 +130,20 @@ class TreeView(pn.viewable.Viewer):
         # The search field joins once the page has loaded, so the tree paints first.
         self._layout = pmui.Column(self._header, sizing_mode="stretch_width")
         pn.state.onload(self._on_load)
-        state.param.watch(self._arrange, [f"{self.source}_search", f"{self.source}_path"])
-        watched = ["selected", "trees", "input_expanded", "input_path"] if self.source == "input" \
-            else ["result", "result_name", "result_expanded", "result_path"]
+        self.view.param.watch(self._arrange, ["search", "path"])
+        watched = ["selected", "trees"] if self.source == "input" else ["result", "result_name"]
         state.param.watch(self._update, watched)
         self._update()
 
     def __panel__(self):
         return self._layout
+
+    def _shown(self):
+        shown = self._state.shown(self.source)
+        if shown is None:
+            return None
+        name, tree, index = shown
+        return index, {"root_label": name, "values": lambda i: short_values(tree, index, i)}
 
     # state -> widget ------------------------------------------------------------------------
 
@@ -172,7 +154,7 @@ class TreeView(pn.viewable.Viewer):
     def _arrange(self, *_):
         shown = self._state.shown(self.source) is not None
         searching = shown and self.table.active
-        self._stats_shown |= shown and bool(getattr(self._state, f"{self.source}_path"))
+        self._stats_shown |= shown and bool(self.view.path)
         parts = [self._header] + ([self._empty] if not shown else [])
         if shown:
             parts += [self.table.search] if self._loaded else []
@@ -195,81 +177,21 @@ class TreeView(pn.viewable.Viewer):
         shown = self._state.shown(self.source)
         if shown is None:
             self._header.object = ""
-            self._set(items=[], expanded=[], active=[])
-            self._arrange()
-            return
-        name, tree, index = shown
-        root = index.root
-        self._header.object = (f"**{name}** · {plural(root.n_leaves, 'leaf', 'leaves')} · "
-                               f"{human_count(root.n_params)} params · {human_bytes(root.nbytes)}")
-        expanded = getattr(self._state, f"{self.source}_expanded")
-        items, paths = index.items(expanded, root_label=name,
-                                   values=lambda i: short_values(tree, index, i))
-        path = getattr(self._state, f"{self.source}_path")
-        at = _find(items, path) if path else None
-        if path and at is None:
-            missing = [i for i in index.reveal(path) if i not in expanded]
-            if missing:  # a leaf picked in the search table: open its ancestors
-                setattr(self._state, f"{self.source}_expanded", [*expanded, *missing])
-                return
-        self._set(items=items, expanded=paths, active=[at] if at else [])
+        else:
+            name, _, index = shown
+            root = index.root
+            self._header.object = (f"**{name}** · {plural(root.n_leaves, 'leaf', 'leaves')} · "
+                                   f"{human_count(root.n_params)} params · "
+                                   f"{human_bytes(root.nbytes)}")
+        self.lazy.update()
         self._arrange()  # after the items: a tree joining the page arrives with them
-
-    def _set(self, **values):
-        self._syncing = True
-        try:
-            self.tree.param.update(**values)
-        finally:
-            self._syncing = False
-
-    # widget -> state ------------------------------------------------------------------------
-
-    def _on_expanded(self, event):
-        if self._syncing:
-            return
-        shown = self._state.shown(self.source)
-        if shown is None:
-            return
-        index = shown[2]
-        ids = [item["id"] for p in event.new if (item := _item_at(self.tree.items, p))]
-        before = getattr(self._state, f"{self.source}_expanded")
-        visible = set(index.visible_ids(before))
-        # Nodes hidden under a collapsed parent stay expanded for when it opens again.
-        after = [i for i in before if i not in visible] + ids
-        # Opening a range closes the ranges beside it: the browser redraws every item on
-        # each change (about a millisecond each), so the items shown must stay few.
-        for new in set(ids) - set(before):
-            closing = set(index.sibling_ranges(new))
-            after = [i for i in after if i not in closing]
-        setattr(self._state, f"{self.source}_expanded", after)
-
-    def _on_active(self, event):
-        if self._syncing or not event.new:
-            return
-        item = _item_at(self.tree.items, event.new[0])
-        if item is None or item.get("selectable") is False:
-            return
-        shown = self._state.shown(self.source)
-        if shown is not None and shown[2].row_of(item["id"]) is not None:
-            setattr(self._state, f"{self.source}_path", item["id"])
 
     # for tests and benchmarks ---------------------------------------------------------------
 
     def expand(self, node_id: str) -> None:
         """Expands a node as a click on its arrow would."""
-        path = _find(self.tree.items, node_id)
-        if path is None:
-            raise KeyError(f"{node_id!r} is not shown")
-        self.tree.expanded = [*self.tree.expanded, path]
+        self.lazy.expand(node_id)
 
     def shown_ids(self) -> list[str]:
         """Ids of every item the widget holds (placeholders included)."""
-        out: list[str] = []
-
-        def walk(items):
-            for item in items:
-                out.append(item["id"])
-                walk(item.get("items") or [])
-
-        walk(self.tree.items)
-        return out
+        return self.lazy.shown_ids()

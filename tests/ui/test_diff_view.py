@@ -81,8 +81,9 @@ def test_each_differing_node_has_its_badge(state):
 
 def test_a_collapsed_parent_counts_the_differences_below_it(state):
     view = DiffView(state)
-    assert "['dense']" in state.diff_expanded  # opened at first: the way to each difference
-    state.diff_expanded = [i for i in state.diff_expanded if i != "['dense']"]
+    diff = state.tree_views["diff"]
+    assert "['dense']" in diff.expanded  # opened at first: the way to each difference
+    diff.expanded = [i for i in diff.expanded if i != "['dense']"]
     dense = view.tree.shown()["['dense']"]
     assert [b["label"] for b in dense["buttons"]] == ["2 differences"]
     assert "['dense']['kernel']" not in view.tree.shown()
@@ -112,7 +113,7 @@ def test_selecting_a_leaf_reads_its_values_in_both_trees(state):
     view = DiffView(state)
     assert state.diff_values == {}  # nothing read until a leaf is selected
     view.tree.select("['norm']['scale']")
-    assert state.diff_path == "['norm']['scale']"
+    assert state.tree_views["diff"].path == "['norm']['scale']"
     a = MODEL["norm"]["scale"].astype(np.float64)
     b = OLD["norm"]["scale"].astype(np.float64)
     max_abs, rel = state.diff_values["['norm']['scale']"]

@@ -235,9 +235,10 @@ def test_removing_a_tree_drops_it_from_the_forms(state):
 
 
 def test_selecting_a_tree_resets_its_view(state):
-    state.input_path = "[0][0]"
+    state.tree_views["input"].path = "[0][0]"
     state.selected = "s2"
-    assert state.input_path == "" and state.input_expanded[0] == "(root)"
+    view = state.tree_views["input"]
+    assert view.path == "" and view.expanded[0] == "(root)"
 
 
 def test_sessions_do_not_share_trees():
@@ -333,3 +334,12 @@ def test_runs_show_once_then_time_their_repeats_on_the_working_set(tmp_path):
     assert all(r() is None for r in buffers + result)
     assert s.held == [] and s.trees == {} and s.result is None
     assert working_set.held_bytes() == before
+
+
+def test_each_tree_view_keeps_its_own_expanded_nodes_selection_and_search(state):
+    views = state.tree_views
+    assert set(views) == {"input", "result", "diff"}
+    views["input"].param.update(path="[0][0]", search="kernel")
+    assert (views["result"].path, views["result"].search) == ("", "")
+    assert (views["diff"].path, views["diff"].search) == ("", "")
+    assert views["input"].expanded and views["result"].expanded == []

@@ -58,7 +58,7 @@ def test_selecting_a_leaf_gives_histograms_of_a_b_and_delta():
     s.add_tree("ft", b)
     s.param.update(diff_a="pre", diff_b="ft")
     view = DiffLeafView(s)
-    s.diff_path = "['layer1']['w']"
+    s.tree_views["diff"].path = "['layer1']['w']"
     h = s.diff_histograms["['layer1']['w']"]
     x, y = a["layer1"]["w"].astype(np.float64).ravel(), b["layer1"]["w"].astype(np.float64)
     lo, hi = min(x.min(), y.min()), max(x.max(), y.max())

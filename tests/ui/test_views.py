@@ -9,12 +9,13 @@ import numpy as np
 
 from inspector.ui.app import TITLE, create_app
 from inspector.ui.history_view import HistoryView
+from inspector.ui.lazy_tree import find as _find
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ErrorView
 from inspector.ui.session import leaf_numbers
 from inspector.ui.sidebar import TreeListView
 from inspector.ui.timing_card import TimingCard
-from inspector.ui.tree_view import TreeView, _find
+from inspector.ui.tree_view import TreeView
 
 FOLD = "['layers'][0\u2026299]"  # the 300 identical layers of `_load_transformer`, folded
 
@@ -24,7 +25,7 @@ def _load_transformer(state, n_layers=300):
 
     state.add_tree("big", examples.transformer_checkpoint(n_layers=n_layers), "test",
                    select=True)
-    state.input_expanded = ["(root)"]  # only the top level open
+    state.tree_views["input"].expanded = ["(root)"]  # only the top level open
 
 
 def test_tree_view_sends_children_only_when_a_node_is_expanded(state):
@@ -33,7 +34,7 @@ def test_tree_view_sends_children_only_when_a_node_is_expanded(state):
     shown = view.shown_ids()
     assert "['layers']" in shown and "['layers'][0:100]" not in shown
     view.expand("['layers']")
-    assert "['layers']" in state.input_expanded
+    assert "['layers']" in state.tree_views["input"].expanded
     shown = view.shown_ids()
     assert FOLD in shown and "['layers'][0:100]" not in shown  # 300 layers: one folded row
     view.expand(FOLD)
@@ -49,7 +50,7 @@ def test_tree_view_sends_children_only_when_a_node_is_expanded(state):
         item = view.tree.items[path[0]]
         for k in path[1:]:
             item = item["items"][k]
-        assert item["id"] in state.input_expanded
+        assert item["id"] in state.tree_views["input"].expanded
 
 
 def test_collapsing_drops_children_and_reexpanding_restores_nested_state(state):
@@ -61,7 +62,8 @@ def test_collapsing_drops_children_and_reexpanding_restores_nested_state(state):
     layers = _find(view.tree.items, "['layers']")
     view.tree.expanded = [p for p in view.tree.expanded if p != layers]
     assert "['layers'][0:100]" not in view.shown_ids()
-    assert "['layers'][0:100]" in state.input_expanded  # remembered under the collapsed node
+    # remembered under the collapsed node
+    assert "['layers'][0:100]" in state.tree_views["input"].expanded
     view.expand("['layers']")
     assert "['layers']['layer_0000']" in view.shown_ids()
 
@@ -70,7 +72,7 @@ def test_selecting_a_leaf_shows_its_stats(state):
     state.selected = "mlp_1"
     view = TreeView(state)
     view.tree.active = [_find(view.tree.items, "[0][0]")]
-    assert state.input_path == "[0][0]"
+    assert state.tree_views["input"].path == "[0][0]"
     x = state.trees["mlp_1"].tree.unpack()[0][0]
     html = view.stats.stats_html
     assert f"{float(x.min()):.6g}" in html and f"{float(x.max()):.6g}" in html
@@ -84,13 +86,14 @@ def test_search_filters_leaves_and_reveals_the_picked_one(state):
     assert not view.table.active and view.table.frame is None  # no query: no table built
     view.table._search.value_input = "layer_0123.*fc1.*kernel"
     assert view.table.active and view.table.results.visible and not view.tree.visible
-    assert state.input_search == "layer_0123.*fc1.*kernel"
+    assert state.tree_views["input"].search == "layer_0123.*fc1.*kernel"
     assert len(view.table.frame) == 0  # substring search by default
     state.search_regex = True
     assert view.table.frame["path"].tolist() == ["['layers']['layer_0123']['mlp']['fc1']['kernel']"]
     view.table._table.selection = [0]
-    assert state.input_path == "['layers']['layer_0123']['mlp']['fc1']['kernel']"
-    assert state.input_path in view.shown_ids()  # its ranges and parents were expanded
+    assert state.tree_views["input"].path == "['layers']['layer_0123']['mlp']['fc1']['kernel']"
+    # its ranges and parents were expanded
+    assert state.tree_views["input"].path in view.shown_ids()
     view.table._search.value_input = "("
     assert view.table._search.error_state
 

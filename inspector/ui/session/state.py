@@ -27,6 +27,7 @@ from inspector.ui.session.mesh_state import MeshState
 from inspector.ui.session.op_settings import OpSettings, settings_classes
 from inspector.ui.session.records import Job, RunRecord
 from inspector.ui.session.tree_index import index_for
+from inspector.ui.session.tree_view_state import VIEWS, TreeViewState
 
 
 def error_text(exc: BaseException, root: str = "") -> str:
@@ -103,13 +104,7 @@ class InspectorState(param.Parameterized):
     held = param.List(default=[], doc="What this session's working set holds (`Holding`s: "
                       "tree, device, host or device memory, bytes).")
 
-    # Tree views -------------------------------------------------------------------------------
-    input_expanded = param.List(default=[], doc="Ids (key paths) of expanded input tree nodes.")
-    result_expanded = param.List(default=[], doc="Ids (key paths) of expanded result nodes.")
-    input_path = param.String(default="", doc="Key path selected in the input tree.")
-    result_path = param.String(default="", doc="Key path selected in the result tree.")
-    input_search = param.String(default="", doc="Leaf search in the input tree (substring/regex).")
-    result_search = param.String(default="", doc="Leaf search in the result tree.")
+    # Tree views (each view's expanded nodes, selection and search: `tree_views`) --------------
     search_regex = param.Boolean(default=False, doc="Read searches as regular expressions.")
 
     # Comparing two trees (the diff view) -----------------------------------------------------
@@ -117,8 +112,6 @@ class InspectorState(param.Parameterized):
     diff_b = param.String(default="", doc="Name of the tree compared with it (b: a checkpoint).")
     diff_result = param.Parameter(default=None, doc="The `TreeDiff` of `diff_a` and `diff_b`.")
     diff_only = param.Boolean(default=False, doc="Show only the nodes that differ.")
-    diff_expanded = param.List(default=[], doc="Ids (key paths) of expanded diff tree nodes.")
-    diff_path = param.String(default="", doc="Key path selected in the diff tree.")
     diff_compare_values = param.Event(doc="Compare the values of every shared leaf of a and b.")
     diff_table = param.List(default=[], doc="Whole-tree value diff: one row per leaf and "
                             "subtree (`value_table`), most changed first; [] until asked.")
@@ -148,6 +141,9 @@ class InspectorState(param.Parameterized):
 
     def __init__(self, **params):
         super().__init__(**params)
+        # Per tree view ('input', 'result', 'diff'): its expanded nodes, selection and search.
+        self.tree_views = {name: TreeViewState(name=f"{name} tree") for name in VIEWS}
+        self.tree_views["diff"].param.watch(self._on_diff_path, "path")
         names = [inspector.device_name(d) for d in inspector.devices()]
         self.param.device.objects = names
         if self.device not in names:
@@ -353,7 +349,8 @@ class InspectorState(param.Parameterized):
         old = self.diff_result
         if a is None or b is None:
             if old is not None:
-                self.param.update(diff_result=None, diff_values={}, diff_path="", diff_table=[],
+                self.tree_views["diff"].path = ""
+                self.param.update(diff_result=None, diff_values={}, diff_table=[],
                                   diff_histograms={})
             return
         if old is not None and (old.a.name, old.b.name) == (a.name, b.name) \
@@ -364,9 +361,10 @@ class InspectorState(param.Parameterized):
             if exc is not None:
                 self.error = error_text(exc, self.file_root)
                 return
-            self.param.update(diff_result=out, diff_values={}, diff_path="", diff_table=[],
-                              diff_histograms={},
-                              diff_expanded=out.default_expanded(self.diff_only))
+            self.tree_views["diff"].param.update(path="", expanded=out.default_expanded(
+                self.diff_only))
+            self.param.update(diff_result=out, diff_values={}, diff_table=[],
+                              diff_histograms={})
 
         self._submit(lambda: (f"Comparing {a.name} with {b.name} …", lambda: compare(a, b),
                               done), coalesce="diff")
@@ -409,11 +407,11 @@ class InspectorState(param.Parameterized):
     def _on_diff_only(self):
         if self.diff_result is not None:  # open what the filter leaves, keep what was open
             opened = self.diff_result.default_expanded(self.diff_only)
-            self.diff_expanded = list(dict.fromkeys([*self.diff_expanded, *opened]))
+            view = self.tree_views["diff"]
+            view.expanded = list(dict.fromkeys([*view.expanded, *opened]))
 
-    @param.depends("diff_path", watch=True)
-    def _on_diff_path(self):
-        diff, path = self.diff_result, self.diff_path
+    def _on_diff_path(self, *_):
+        diff, path = self.diff_result, self.tree_views["diff"].path
         if diff is None or path in self.diff_values or not diff.comparable(path):
             return
 
@@ -435,8 +433,8 @@ class InspectorState(param.Parameterized):
             if settings.follows_selection and settings.tree != self.selected:
                 settings.tree = self.selected
         loaded = self.trees.get(self.selected)
-        self.param.update(input_path="", input_search="",
-                          input_expanded=loaded.index.default_expanded() if loaded else [])
+        self.tree_views["input"].param.update(
+            path="", search="", expanded=loaded.index.default_expanded() if loaded else [])
 
     def shown(self, source: str):
         """`(name, tree, TreeIndex)` that the `source` tree view shows ('input' or 'result'),
@@ -511,12 +509,12 @@ class InspectorState(param.Parameterized):
                 return
             rr, eager_s, diff = out
             record = RunRecord.of(len(self.history) + 1, job, rr, eager_s, device, repeats)
-            expanded = self.result_expanded if self.result_name == job.label else \
-                index_for(rr.result).default_expanded()
+            view, same = self.tree_views["result"], self.result_name == job.label
+            view.param.update(expanded=view.expanded if same else
+                              index_for(rr.result).default_expanded(),
+                              path=view.path if same else "")
             self.param.update(result=rr, result_name=job.label, error="", eager_seconds=eager_s,
                               eager_max_diff=diff, history=[*self.history, record],
-                              result_expanded=expanded,
-                              result_path=self.result_path if self.result_name == job.label else "",
                               run_status=f"{rr.op} finished in {rr.median_seconds * 1e3:.1f} ms "
                                          f"on {rr.device} (run {record.run})",
                               held=self.runs.held())
