@@ -518,7 +518,10 @@ class InspectorState(param.Parameterized):
                               run_status=f"{rr.op} finished in {rr.median_seconds * 1e3:.1f} ms "
                                          f"on {rr.device} (run {record.run})",
                               held=self.runs.held())
-            if repeats > 1 and not rr.cost.get("streamed"):
+            # A result spread over several hosts is timed once: its repeats would be
+            # collectives every process must run in step, which the page's cancellable,
+            # delayed repeats cannot promise (a follower would wait in one for ever).
+            if repeats > 1 and not rr.cost.get("streamed") and not spans_hosts(rr.result):
                 def time_it():
                     if self.runs.current(generation):  # no newer run meanwhile
                         self._submit(lambda: self._repeat_task(job, loaded, device, repeats,
