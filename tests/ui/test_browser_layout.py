@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import time
 
 import pytest
 from PIL import Image
@@ -66,6 +67,18 @@ def settled_columns(page, side_by_side: bool) -> list[dict]:
                          f" {boxes}")
 
 
+def steady(read, tries: int = 40):
+    """`read()` once two reads 250 ms apart agree (a busy machine lays out late)."""
+    last = read()
+    for _ in range(tries):
+        time.sleep(0.25)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def brightness(element) -> float:
     """Median brightness (0 black .. 1 white) of what `element` shows on screen."""
     counts = Image.open(io.BytesIO(element.screenshot())).convert("L").histogram()
@@ -102,7 +115,9 @@ def test_leaf_stats_stay_inside_the_input_column(browser, served_url, width):
 def test_dragging_the_gutter_widens_the_input_tree(browser, served_url):
     with opened(browser, served_url, 1680) as page:
         tree = page.locator("[role=tree]").first
-        before, tree_before = settled_columns(page, side_by_side=True), tree.bounding_box()
+        settled_columns(page, side_by_side=True)
+        before = steady(lambda: columns(page))  # the splitter sizes its panels after layout
+        tree_before = tree.bounding_box()
         gutter = page.locator(".gutter-horizontal").first.bounding_box()
         x, y = gutter["x"] + gutter["width"] / 2, gutter["y"] + 40
         page.mouse.move(x, y)
@@ -110,7 +125,8 @@ def test_dragging_the_gutter_widens_the_input_tree(browser, served_url):
         page.mouse.move(x + 100, y, steps=5)
         page.mouse.move(x + 200, y, steps=5)
         page.mouse.up()
-        after, tree_after = columns(page), tree.bounding_box()
+        after = steady(lambda: columns(page))  # the drag's sizes land on the next frames
+        tree_after = steady(tree.bounding_box)
         assert after[0]["width"] == pytest.approx(before[0]["width"] + 200, abs=12)
         assert after[1]["width"] == pytest.approx(before[1]["width"] - 200, abs=12)
         assert after[2]["width"] == pytest.approx(before[2]["width"], abs=2)
