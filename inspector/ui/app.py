@@ -97,15 +97,19 @@ class InspectorApp(pn.viewable.Viewer):
     def main(self) -> list:
         column = dict(sizing_mode="stretch_width", margin=(5, 5))
         cards = [dict(title="Operation", **column), dict(title="Result", **column)]
-        operate = columns(pmui.Card(self.input, title="Input tree", **column),
-                          *[pmui.Card(**card) for card in cards],
+        # The split's own children never change: panel-splitjs 0.4 rebuilds its split from
+        # `sizes` when they do, and its drag handler never writes the dragged sizes back (its
+        # onDragEnd sets `this.model` in an arrow function), so a later change would undo a drag.
+        later_columns = [pmui.Column(pmui.Card(**card), sizing_mode="stretch_width", margin=0)
+                         for card in cards]
+        operate = columns(pmui.Card(self.input, title="Input tree", **column), *later_columns,
                           sizes=(32, 32, 36), min_widths=(300, 420, 300))
 
         def fill():  # after the first paint: the input tree shows first
             # New cards, filled as built: adding to a drawn card redraws it twice.
-            filled = [pmui.Card(view, **card) for view, card in
-                      zip((self.operation, self.result), cards, strict=True)]
-            operate.objects = [operate.objects[0], *filled]
+            for holder, view, card in zip(later_columns, (self.operation, self.result), cards,
+                                          strict=True):
+                holder.objects = [pmui.Card(view, **card)]
 
         pn.state.onload(fill)
         # The comparison and the mesh are built and drawn only once their tab is opened.

@@ -115,6 +115,8 @@ def test_leaf_stats_stay_inside_the_input_column(browser, served_url, width):
 def test_dragging_the_gutter_widens_the_input_tree(browser, served_url):
     with opened(browser, served_url, 1680) as page:
         tree = page.locator("[role=tree]").first
+        # the operation and result cards join after the first paint; drag once they are in
+        page.get_by_role("button", name="Run the current operation.").wait_for()
         settled_columns(page, side_by_side=True)
         before = steady(lambda: columns(page))  # the splitter sizes its panels after layout
         tree_before = tree.bounding_box()
@@ -131,6 +133,11 @@ def test_dragging_the_gutter_widens_the_input_tree(browser, served_url):
         assert after[1]["width"] == pytest.approx(before[1]["width"] - 200, abs=12)
         assert after[2]["width"] == pytest.approx(before[2]["width"], abs=2)
         assert tree_after["width"] == pytest.approx(tree_before["width"] + 200, abs=12)
+        # the drag holds when the page changes: a run fills the result card
+        page.get_by_role("button", name="Run the current operation.").click()
+        page.locator(".timing-card").wait_for()
+        assert steady(lambda: columns(page))[0]["width"] == pytest.approx(after[0]["width"],
+                                                                          abs=2)
 
 
 def test_a_narrow_window_puts_the_result_below_the_input(browser, served_url):
