@@ -18,12 +18,18 @@ def trees():
     return a, b
 
 
-def test_compare_all_values_gives_leaves_and_subtrees_most_changed_first():
-    a, b = trees()
+def comparing(a, b) -> InspectorState:
+    """A session comparing `a` (named "pre") with `b` ("ft")."""
     s = InspectorState()
     s.add_tree("pre", a)
     s.add_tree("ft", b)
     s.param.update(diff_a="pre", diff_b="ft")
+    return s
+
+
+def test_compare_all_values_gives_leaves_and_subtrees_most_changed_first():
+    a, b = trees()
+    s = comparing(a, b)
     view = DiffValuesView(s)
     assert not view.button.disabled and not view.table.visible
     s.param.trigger("diff_compare_values")
@@ -53,10 +59,7 @@ def test_selecting_a_leaf_gives_histograms_of_a_b_and_delta():
     from inspector.ui.diff_view import DiffLeafView
 
     a, b = trees()
-    s = InspectorState()
-    s.add_tree("pre", a)
-    s.add_tree("ft", b)
-    s.param.update(diff_a="pre", diff_b="ft")
+    s = comparing(a, b)
     view = DiffLeafView(s)
     s.tree_views["diff"].path = "['layer1']['w']"
     h = s.diff_histograms["['layer1']['w']"]
@@ -74,10 +77,7 @@ def test_tree_rows_carry_the_heat_of_their_relative_l2_change():
     from inspector.ui.session.value_table import UNCHANGED, heat_color
 
     a, b = trees()
-    s = InspectorState()
-    s.add_tree("pre", a)
-    s.add_tree("ft", b)
-    s.param.update(diff_a="pre", diff_b="ft")
+    s = comparing(a, b)
     view = DiffTreeView(s)
     assert not any("heat" in item for item in view.shown().values())  # not compared yet
     s.param.trigger("diff_compare_values")
@@ -124,10 +124,7 @@ def test_value_diff_reports_its_progress_in_leaves_and_bytes():
     assert seen == [(64, 70, first, total), (70, 70, total, total)]
     assert len(rows) == 71
 
-    s = InspectorState()
-    s.add_tree("pre", a)
-    s.add_tree("ft", b)
-    s.param.update(diff_a="pre", diff_b="ft")
+    s = comparing(a, b)
     view = DiffValuesView(s)
     shown = []
     s.param.watch(lambda e: shown.append((e.new, s.status)), "progress")
