@@ -287,15 +287,22 @@ class InspectorState(param.Parameterized):
                               lambda: [open_remote(url, prefixes, self.read_progress)],
                               self._opened))
 
+    def _progress_due(self, done, total) -> bool:
+        """Whether a progress report is shown now: the last one always, the others at most
+        every 0.2 s (they come from the working thread, per leaf or block)."""
+        now = time.monotonic()
+        if done < total and now - self._progress_shown < 0.2:
+            return False
+        self._progress_shown = now
+        return True
+
     def read_progress(self, progress) -> None:
         """Shows a remote read's progress (bytes / total, rate) as the status; called by the
         reading thread, at most every 0.2 s."""
         from inspector.ui.session.formatting import human_bytes
 
-        now = time.monotonic()
-        if progress.done < progress.total and now - self._progress_shown < 0.2:
+        if not self._progress_due(progress.done, progress.total):
             return
-        self._progress_shown = now
         self.status = (f"Reading {progress.source}: {human_bytes(progress.done)} / "
                        f"{human_bytes(progress.total)}, {human_bytes(progress.rate)}/s")
 
@@ -304,10 +311,8 @@ class InspectorState(param.Parameterized):
         the status and the progress bar; called by the running thread, at most every 0.2 s."""
         from inspector.ui.session.formatting import human_bytes
 
-        now = time.monotonic()
-        if progress.done < progress.total and now - self._progress_shown < 0.2:
+        if not self._progress_due(progress.done, progress.total):
             return
-        self._progress_shown = now
         self.param.update(
             progress=100.0 * progress.done / max(progress.total, 1),
             status=f"Writing the result to a file (larger than the memory budget): "
@@ -394,10 +399,8 @@ class InspectorState(param.Parameterized):
         the progress bar and the status; called by the running thread, at most every 0.2 s."""
         from inspector.ui.session.formatting import human_bytes
 
-        now = time.monotonic()
-        if done < total and now - self._progress_shown < 0.2:
+        if not self._progress_due(done, total):
             return
-        self._progress_shown = now
         self.param.update(
             progress=100.0 * nbytes / total_bytes if total_bytes else 100.0 * done / total,
             status=f"Comparing values: {done} / {total} leaves, {human_bytes(nbytes)} / "
