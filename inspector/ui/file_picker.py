@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import panel as pn
 import panel_material_ui as pmui
+import param
 
 from inspector.ui.session.checkpoint_files import MAX_UPLOAD_BYTES, REMOTE_ENV
 from inspector.ui.session.formatting import human_bytes, pre
 from inspector.ui.upload import UploadInput
+
+
+class UrlInput(pmui.TextInput):
+    """A text field whose Enter applies the text the field shows. The page sends a typed text
+    only after redrawing the field, but the Enter key at once: without this, a URL pasted and
+    entered quickly opened the text from before it."""
+
+    def _handle_enter(self, event) -> None:  # panel-material-ui's Enter handler (0.16)
+        shown = ((event.data or {}).get("target") or {}).get("value")
+        if isinstance(shown, str) and shown != self.value:
+            self.value = shown
+        super()._handle_enter(event)
 
 
 class FileOpener(pn.viewable.Viewer):
@@ -38,13 +51,18 @@ class FileOpener(pn.viewable.Viewer):
         self.url = self.open_url = None
         if state.remote_prefixes is not None:
             # a URL the server fetches: only when the app was started allowing it
-            self.url = pmui.TextInput(
+            self.url = UrlInput(
                 label="Open URL", placeholder="https://…, s3://…, gs://…, hf://…",
                 value=state.open_url_text, sizing_mode="stretch_width", margin=(5, 10))
             self.url.param.watch(self._on_url, ["value", "value_input"])
+            self.url.param.watch(lambda _: state.param.trigger("open_url"), "enter_pressed")
+            # Off until the server holds the typed URL: the page sends the text after it
+            # redraws the field, a click at once, so a quick click could open the old text.
             self.open_url = pmui.Button.from_param(
                 state.param.open_url, label="Open URL", icon="cloud_download",
-                variant="outlined", sizing_mode="stretch_width", disabled=state.param.busy)
+                variant="outlined", sizing_mode="stretch_width",
+                disabled=param.bind(lambda busy, text: busy or not text.strip(),
+                                    state.param.busy, state.param.open_url_text))
         self._error = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)
         self.alert = pmui.Alert(self._error, severity="error", title="Could not open",
                                 sizing_mode="stretch_width", visible=False, margin=(5, 10))
