@@ -8,19 +8,8 @@ import param
 
 from inspector.ui.session.checkpoint_files import MAX_UPLOAD_BYTES, REMOTE_ENV
 from inspector.ui.session.formatting import human_bytes, pre
+from inspector.ui.text_input import EnterInput
 from inspector.ui.upload import UploadInput
-
-
-class UrlInput(pmui.TextInput):
-    """A text field whose Enter applies the text the field shows. The page sends a typed text
-    only after redrawing the field, but the Enter key at once: without this, a URL pasted and
-    entered quickly opened the text from before it."""
-
-    def _handle_enter(self, event) -> None:  # panel-material-ui's Enter handler (0.16)
-        shown = ((event.data or {}).get("target") or {}).get("value")
-        if isinstance(shown, str) and shown != self.value:
-            self.value = shown
-        super()._handle_enter(event)
 
 
 class FileOpener(pn.viewable.Viewer):
@@ -51,7 +40,7 @@ class FileOpener(pn.viewable.Viewer):
         self.url = self.open_url = None
         if state.remote_prefixes is not None:
             # a URL the server fetches: only when the app was started allowing it
-            self.url = UrlInput(
+            self.url = EnterInput(
                 label="Open URL", placeholder="https://…, s3://…, gs://…, hf://…",
                 value=state.open_url_text, sizing_mode="stretch_width", margin=(5, 10))
             self.url.param.watch(self._on_url, ["value", "value_input"])

@@ -10,6 +10,7 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.ui.forms import form
+from inspector.ui.text_input import EnterInput
 
 
 @form("weighted_sum")
@@ -61,8 +62,8 @@ class WeightedSumForm(pn.viewable.Viewer):
             # A text field applied on Enter (and on leaving it): a number field echoing every
             # keystroke back from the server turned select-all + "0.1" over "1.0" into "10.1",
             # and a second edit could revert until the field lost focus.
-            number = pmui.TextInput(value=_text(typed), width=130, size="small",
-                                    label=f"w{i} · {name}")
+            number = EnterInput(value=_text(typed), width=130, size="small",
+                                label=f"w{i} · {name}")
             lo, hi = _slider_range(w)
             slider = pmui.FloatSlider(start=lo, end=hi, step=0.01, value=w, show_value=False,
                                       sizing_mode="stretch_width", align="center",
