@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -135,6 +136,16 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(text)
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client closing its keep-alive connection (as aiohttp does) is no error; any other
+        is printed as the base class does."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class RangeServer:
     """Serves `root` on 127.0.0.1 with range requests in a thread; `url` is its address."""
 
@@ -142,8 +153,7 @@ class RangeServer:
         self.root = Path(root).resolve()
         self.traffic = Traffic()
         self.delay = 0.0  # seconds each request waits before it is answered
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RangeHandler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer(("127.0.0.1", 0), _RangeHandler)
         self._server.owner = self  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
