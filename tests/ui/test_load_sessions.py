@@ -1,0 +1,113 @@
+"""Load (issue 11): 20 concurrent sessions against one `panel serve inspector` process.
+
+Twenty Bokeh websocket clients (`tests/ui/bokeh_client.py`: the messages a page sends, no
+browser, so the test loads the server rather than twenty renderers on two cores) open at once.
+Each acts as soon as its own page is ready, while the others are still open and acting (not
+all at one instant: a user clicks once the page is drawn): it loads example S5, runs S1's
+weighted sum, changes a weight to one no other session uses (which re-runs it), and must see
+its own trees and its own result (by value: each session's weight is unique), never another
+session's; all stay open until the last one is done and check again.
+The server's log must hold no error line. Every interaction must be answered
+within BOUND seconds, a bound meant never to flake on a loaded two-core CI machine; the 2 s p95
+target is checked by `benchmarks/bench_sessions.py`, which prints the latencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inspector import examples
+from tests.serving import free_port, stop, wait_for
+from tests.ui.bokeh_client import BokehClient
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 20
+BOUND = 90.0  # seconds per interaction, far above the figures the benchmark prints
+LOADS = [("S5: model vs old checkpoint", "checkpoint")]
+_S1 = [np.asarray(t[0][0], np.int64) for t in examples.load("S1: weighted sum").values()]
+
+
+def expected_leaf(w: int) -> str:
+    """The text the result tree shows for S1's leaf [0][0] with weights [1, 2, w] (NumPy)."""
+    t1, t2, t3 = _S1
+    return "= " + str((1 * t1 + 2 * t2 + w * t3).tolist())
+
+
+def _trees(client: BokehClient) -> list[str]:
+    return [item.get("label") for m in client.find("MenuList1")
+            for item in (client.attr(m, "items") or [])]
+
+
+async def _session(url: str, i: int, out: dict, all_done: asyncio.Barrier) -> None:
+    client = BokehClient(url)
+    own = LOADS[0][1]
+
+    def one(kind, label):
+        ids = client.find(kind, label=label)
+        return ids[0] if ids else None
+
+    step = "opening"
+    try:
+        await client.connect(BOUND)
+        await client.ready()
+        await client.wait(lambda c: one("Button1", "Run") and one("TextInput1", "w2 · t3"),
+                          BOUND)
+        step = "loading an example"
+        await client.set(one("Select1", "Built-in examples"), "value", LOADS[0][0])
+        await client.set(one("Button1", "Load example"), "value", True)
+        await client.wait(lambda c: own in _trees(c), BOUND)
+        step = "running"
+        await client.set(one("Button1", "Run"), "value", True)
+        await client.wait(lambda c: expected_leaf(3) in c.texts(), BOUND)
+        step = "changing a weight (re-runs)"
+        await client.set(one("TextInput1", "w2 · t3"), "value", str(10 + i))
+        await client.wait(lambda c: expected_leaf(10 + i) in c.texts(), BOUND)
+        out["checked"].append((i, False,
+                               [w for w in range(10, 10 + N) if w != 10 + i
+                                and expected_leaf(w) in client.texts()]))
+    except Exception as e:  # recorded; the others go on
+        out["failures"].append(f"session {i}, {step}: {type(e).__name__}: {e}")
+    await all_done.wait()
+    out["final"].append((i, own in _trees(client), [w for w in range(10, 10 + N) if w != 10 + i
+                                                  and expected_leaf(w) in client.texts()] != [],
+                         expected_leaf(10 + i) in client.texts()))
+    await client.close()
+
+
+async def _drive(url: str) -> dict:
+    out: dict = {"checked": [], "final": [], "failures": []}
+    all_done = asyncio.Barrier(N)
+    await asyncio.gather(*(_session(url, i, out, all_done) for i in range(N)))
+    return out
+
+
+@pytest.mark.slow
+def test_twenty_sessions_each_see_only_their_own_trees(tmp_path):
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "panel", "serve", "inspector", "--address", "127.0.0.1",
+             "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}",
+             "--liveness", "--unused-session-lifetime", "120000"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(f"http://127.0.0.1:{port}/liveness", proc, seconds=180)
+            wait_for(f"http://127.0.0.1:{port}/inspector", proc, seconds=180)
+            out = asyncio.run(_drive(f"http://127.0.0.1:{port}/inspector"))
+        finally:
+            stop(proc)
+    errors = [line for line in log_path.read_text().splitlines()
+              if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
+    assert not out["failures"], out["failures"]
+    assert len(out["checked"]) == N
+    assert [c for c in out["checked"] if c[1] or c[2]] == [], "a session saw another's trees"
+    assert sorted(out["final"]) == [(i, True, False, True) for i in range(N)]
+    assert errors == [], errors
