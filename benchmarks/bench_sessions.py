@@ -132,7 +132,7 @@ async def _client(url: str, i: int, n: int, out: dict, timeout: float, started: 
         start = time.perf_counter()
         await client.connect(timeout)
         await client.ready()  # as a drawn page: the page's onload work runs
-        await client.wait(lambda c: one("Button1", "Run") and one("TextInput1", "w2 · t3"),
+        await client.wait(lambda c: one("Button1", "Run") and one("EnterInput1", "w2 · t3"),
                           timeout)
         out["ready"].append(time.perf_counter() - start)
     except Exception as e:
@@ -144,7 +144,7 @@ async def _client(url: str, i: int, n: int, out: dict, timeout: float, started: 
                     lambda c: tree_name in _trees(c))
         await timed("interaction", lambda: client.set(one("Button1", "Run"), "value", True),
                     lambda c: expected_leaf(3) in c.texts())
-        await timed("interaction", lambda: client.set(one("TextInput1", "w2 · t3"), "value",
+        await timed("interaction", lambda: client.set(one("EnterInput1", "w2 · t3"), "value",
                                                       str(10 + i)),
                     lambda c: expected_leaf(10 + i) in c.texts())
         out["isolation"].append((i, tree_name in _trees(client), int(other in _trees(client)),
