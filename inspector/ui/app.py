@@ -8,6 +8,7 @@ from functools import cached_property
 
 import panel as pn
 import panel_material_ui as pmui
+from panel.util import edit_readonly
 
 from inspector.ui.diff_view import DiffView
 from inspector.ui.export import ExportView
@@ -188,7 +189,13 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
         pn.state.on_session_destroyed(lambda context: state.close())
         if hosts is None:  # several hosts: followers mirror each session; keep Bokeh's pace
             expire_when_closed(pn.state.curdoc)
-    page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320)
+    page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320,
+                     busy_indicator=None)
+    with edit_readonly(page):
+        # A Page follows `pn.state.busy`, which every session's every callback toggles: each
+        # toggle was sent to every open page and walked its whole model (20 sessions: 3,360
+        # updates, half the server's time). The operation card shows this session's progress.
+        page.busy = False
     page.header = [follow_browser_theme()]
     page.inspector = app  # for tests and the benchmark: the views of this session
     return page

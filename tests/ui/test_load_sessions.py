@@ -18,6 +18,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,15 @@ def _trees(client: BokehClient) -> list[str]:
             for item in (client.attr(m, "items") or [])]
 
 
+def latencies(records: list[tuple[str, float]]) -> str:
+    """Median, p95 and max seconds of each step and of every interaction (not opening)."""
+    steps = {step: [t for s, t in records if s == step] for step, _ in records}
+    steps["every interaction"] = [t for s, t in records if s != "opening"]
+    return "\n".join(f"{step}: n={len(t)} median {np.median(t):.2f} s, p95 "
+                     f"{np.percentile(t, 95):.2f} s, max {max(t):.2f} s"
+                     for step, t in steps.items() if t)
+
+
 def _others_seen(client: BokehClient, i: int) -> list[int]:
     """The weights of other sessions whose result this session's document shows."""
     texts = client.texts()
@@ -59,22 +69,30 @@ async def _session(url: str, i: int, out: dict, all_done: asyncio.Barrier) -> No
         ids = client.find(kind, label=label)
         return ids[0] if ids else None
 
+    async def answered(action, answer):
+        start = time.perf_counter()
+        await action
+        await client.wait(answer, BOUND)
+        out["latency"].append((step, time.perf_counter() - start))
+
     step = "opening"
     try:
+        start = time.perf_counter()
         await client.connect(BOUND)
         await client.ready()
         await client.wait(lambda c: one("Button1", "Run") and one("EnterInput1", "w2 · t3"),
                           BOUND)
+        out["latency"].append((step, time.perf_counter() - start))
         step = "loading an example"
         await client.set(one("Select1", "Built-in examples"), "value", LOADS[0][0])
-        await client.set(one("Button1", "Load example"), "value", True)
-        await client.wait(lambda c: own in _trees(c), BOUND)
+        await answered(client.set(one("Button1", "Load example"), "value", True),
+                       lambda c: own in _trees(c))
         step = "running"
-        await client.set(one("Button1", "Run"), "value", True)
-        await client.wait(lambda c: expected_leaf(3) in c.texts(), BOUND)
+        await answered(client.set(one("Button1", "Run"), "value", True),
+                       lambda c: expected_leaf(3) in c.texts())
         step = "changing a weight (re-runs)"
-        await client.set(one("EnterInput1", "w2 · t3"), "value", str(10 + i))
-        await client.wait(lambda c: expected_leaf(10 + i) in c.texts(), BOUND)
+        await answered(client.set(one("EnterInput1", "w2 · t3"), "value", str(10 + i)),
+                       lambda c: expected_leaf(10 + i) in c.texts())
         out["checked"].append((i, _others_seen(client, i)))
     except Exception as e:  # recorded; the others go on
         out["failures"].append(f"session {i}, {step}: {type(e).__name__}: {e}")
@@ -85,7 +103,7 @@ async def _session(url: str, i: int, out: dict, all_done: asyncio.Barrier) -> No
 
 
 async def _drive(url: str) -> dict:
-    out: dict = {"checked": [], "final": [], "failures": []}
+    out: dict = {"checked": [], "final": [], "failures": [], "latency": []}
     all_done = asyncio.Barrier(N)
     await asyncio.gather(*(_session(url, i, out, all_done) for i in range(N)))
     return out
@@ -109,6 +127,7 @@ def test_twenty_sessions_each_see_only_their_own_trees(tmp_path):
             stop(proc)
     errors = [line for line in log_path.read_text().splitlines()
               if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
+    print(latencies(out["latency"]))
     assert not out["failures"], out["failures"]
     assert len(out["checked"]) == N
     assert [c for c in out["checked"] if c[1]] == [], "a session saw another's result"

@@ -6,6 +6,8 @@ import doctest
 import re
 
 import numpy as np
+import panel as pn
+from panel.util import edit_readonly
 
 from inspector.ui.app import TITLE, create_app
 from inspector.ui.history_view import HistoryView
@@ -214,6 +216,19 @@ def test_create_app_builds_a_page_per_call():
     assert a.title == TITLE
     assert a.inspector.state is not b.inspector.state
     assert a.inspector.state.selected == "t1"
+
+
+def test_a_page_does_not_follow_the_busy_flag_every_session_shares():
+    # pn.state.busy flips on every callback of every session; a Page bound to it was re-sent
+    # to every open page each time (20 sessions: half of the server's time).
+    page = create_app(background=False)
+    try:
+        with edit_readonly(pn.state):
+            pn.state.busy = True
+        assert page.busy is False and page.busy_indicator is None
+    finally:
+        with edit_readonly(pn.state):
+            pn.state.busy = False
 
 
 def test_opening_a_range_closes_the_ranges_beside_it(state):
