@@ -10,25 +10,29 @@ import panel_material_ui as pmui
 from inspector.core import working_set
 from inspector.ui.session.formatting import human_bytes
 
+GIB = 1024**3
+
 
 class WorkingSetView(pn.viewable.Viewer):
     """The trees this session holds packed (read once, reused by every op, shared with other
     sessions that opened the same files), where and how big, against the process-wide memory
-    budget (by default a fraction of the memory free now), which can be set here (in GB)."""
+    budget (by default a fraction of the memory free now), which can be set here in GiB, the unit
+    the holdings above it are shown in (`human_bytes`)."""
 
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
         self._body = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
-        self.budget = pmui.FloatInput(label="Memory budget (GB)", value=self.budget_gb(),
+        self.budget = pmui.FloatInput(label="Memory budget (GiB)", value=self.budget_gib(),
                                       start=0.0, step=0.5, sizing_mode="stretch_width")
         self.budget.param.watch(self._on_budget, "value")
         state.param.watch(self._update, "held")
         self._update()
 
     @staticmethod
-    def budget_gb() -> float:
-        return round(working_set.budget() / 1e9, 2)
+    def budget_gib() -> float:
+        """The process-wide budget in GiB (2 decimals), as the field shows it."""
+        return round(working_set.budget() / GIB, 2)
 
     def __panel__(self):
         title = pmui.Typography("Working set", variant="subtitle2", margin=(5, 10, 0, 10))
@@ -54,5 +58,5 @@ class WorkingSetView(pn.viewable.Viewer):
 
     def _on_budget(self, event):
         if event.new and event.new > 0:
-            working_set.set_budget(int(event.new * 1e9))
+            working_set.set_budget(int(event.new * GIB))
             self._state.refresh_held()

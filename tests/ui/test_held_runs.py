@@ -164,3 +164,37 @@ def test_rates_near_a_unit_boundary_read_as_numbers():
 
     assert [human_bytes(n) for n in (1000 * 1024, 1023 * 1024, 1024 * 1024, 1536)] == [
         "0.977 MiB", "0.999 MiB", "1 MiB", "1.5 KiB"]  # `.3g` alone wrote '1e+03 KiB'
+
+
+def test_the_budget_field_reads_and_writes_gib_the_unit_of_the_holdings_it_lists():
+    from inspector.ui.working_set_view import WorkingSetView
+
+    tracker = Tracker()
+    _, loaded = checkpoints(tracker)
+    s = session(loaded, [0.25, 0.75])
+    view = WorkingSetView(s)
+    assert view.budget.label == "Memory budget (GiB)"
+    view.budget.value = 1.5  # typed in the field
+    assert working_set.budget() == 1_610_612_736 and working_set.budget_is_set()  # 1.5 * 2**30
+    s.param.trigger("run")
+    assert s.error == "" and s.held
+    lines = view.text.splitlines()
+    for h, line in zip(s.held, lines, strict=False):
+        assert line.startswith(f"{h.name}: ") and line.endswith(f"{h.nbytes / 1024:.3g} KiB")
+    assert lines[-1].endswith(" of 1.5 GiB (set)")  # the budget in the holdings' unit
+    working_set.set_budget(3 * 1024**3)
+    assert WorkingSetView.budget_gib() == 3.0  # the field's value for a budget set elsewhere
+    s.close()
+
+
+def test_an_op_over_the_budget_that_cannot_stream_names_the_budget_in_gib():
+    tracker = Tracker()
+    _, loaded = checkpoints(tracker)
+    working_set.set_budget(1000)
+    s = session(loaded, [0.25, 0.75])
+    s.ops["stack"].trees = [t.name for t in loaded]
+    s.op = "stack"
+    s.param.trigger("run")
+    assert s.error.startswith("stack needs more memory than the budget allows (1000 B): raise the "
+                              "budget in the sidebar, or run it from Python."), s.error
+    s.close()

@@ -26,6 +26,7 @@ from inspector.core import working_set
 from inspector.core.out_buffers import donating
 from inspector.core.packed import PackedTree
 from inspector.core.working_set import WorkingSet
+from inspector.ui.session.formatting import human_bytes
 
 
 class Cancelled(Exception):
@@ -199,7 +200,7 @@ class HeldRuns:
         if job.op != "weighted_sum":
             raise inspector.InspectorError(
                 f"{job.op} needs more memory than the budget allows "
-                f"({working_set.budget() / 1e9:.1f} GB): raise the budget in "
+                f"({human_bytes(working_set.budget())}): raise the budget in "
                 "the sidebar, or run it from Python.")
         if self.streamed_dir is None:
             self.streamed_dir = tempfile.mkdtemp(prefix="inspector-streamed-")
