@@ -13,7 +13,7 @@ from panel.util import edit_readonly
 from inspector.ui.diff_view import DiffView
 from inspector.ui.export import ExportView
 from inspector.ui.file_picker import FileOpener
-from inspector.ui.layout import columns, follow_browser_theme
+from inspector.ui.layout import PAGE_THEME, columns, follow_browser_theme
 from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ResultView
@@ -190,7 +190,7 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
         if hosts is None:  # several hosts: followers mirror each session; keep Bokeh's pace
             expire_when_closed(pn.state.curdoc)
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320,
-                     busy_indicator=None)
+                     busy_indicator=None, theme_config=PAGE_THEME)
     with edit_readonly(page):
         # A Page follows `pn.state.busy`, which every session's every callback toggles: each
         # toggle was sent to every open page and walked its whole model (20 sessions: 3,360

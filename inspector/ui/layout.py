@@ -5,7 +5,7 @@
 narrower than they can be read (the area under `STACK_BELOW_PX`, e.g. a ~900 px window), they
 stack instead: the result below the input, full width. `ThemeFollower` reports the browser's
 `prefers-color-scheme`, and `follow_browser_theme` makes the page dark or light with it; the
-page's own toggle still switches it by hand.
+page's own toggle still switches it by hand. `PAGE_THEME` makes the dark theme cover the app bar.
 """
 
 from __future__ import annotations
@@ -75,6 +75,23 @@ class ThemeFollower(JSComponent):
       follow()
     }
     """
+
+
+DARK_PRIMARY = "#90caf9"
+"""Material UI's own primary colour of the dark palette (what the page's buttons already use)."""
+
+PAGE_THEME = {"light": {}, "dark": {
+    "palette": {"primary": {"main": DARK_PRIMARY}},
+    "components": {"MuiAppBar": {"styleOverrides": {"colorPrimary": {
+        "backgroundColor": "var(--mui-palette-background-paper, #121212)",
+        "color": "var(--mui-palette-text-primary, #ffffff)"}}}},
+}}
+"""The Page's `theme_config`: the dark theme covers the app bar too. panel-material-ui 0.16's
+Page paints its app bar a fixed blue (#0072b5) unless the theme names a primary colour for the
+current scheme (Page.jsx `header_sx`), and its AppBar then takes that primary colour even in
+the dark (light blue): the dark scheme names MUI's own dark primary (unchanged for the rest of
+the page) and gives the bar the paper colour (with Material's elevation tint) and text colour.
+The light page keeps its blue bar."""
 
 
 def follow_browser_theme() -> ThemeFollower:

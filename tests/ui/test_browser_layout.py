@@ -1,5 +1,5 @@
 """The page's layout in chromium: resizable columns, stacked columns in a narrow window, leaf
-statistics inside their column, and a dark theme over every part of the page.
+statistics inside their column, and a dark theme over every part of the page, app bar included.
 
 Colours are measured as a person sees them: the median brightness of an element's screenshot
 (its background dominates; text is a small share of the pixels).
@@ -179,12 +179,28 @@ def _parts(page) -> dict:
     }
 
 
+def app_bar_colour(page) -> tuple[int, ...]:
+    """The page's app bar background colour as computed by chromium, (r, g, b)."""
+    text = page.locator("header.MuiAppBar-root").first.evaluate(
+        "h => getComputedStyle(h).backgroundColor")
+    return tuple(int(v) for v in re.findall(r"\d+", text)[:3])
+
+
+def assert_dark_app_bar(page) -> None:
+    """The app bar is dark grey (Material's dark paper), not a blue of the light palette."""
+    bar = page.locator("header.MuiAppBar-root").first
+    colour = steady(lambda: app_bar_colour(page))
+    assert max(colour) < 64 and max(colour) - min(colour) < 16, colour
+    assert brightness(bar) < 0.25  # as seen, with Material's elevation tint and the title
+
+
 def test_dark_theme_follows_the_browser_and_covers_every_part(browser, served_url):
     with opened(browser, served_url, 1680, scheme="dark") as page:
         parts = _parts(page)
         page.mouse.move(0, 1049)
         shown = {name: round(brightness(el), 2) for name, el in parts.items()}
         assert all(b < 0.25 for b in shown.values()), shown
+        assert_dark_app_bar(page)
 
 
 def test_light_theme_by_default_and_the_toggle_turns_it_dark(browser, served_url):
@@ -193,7 +209,9 @@ def test_light_theme_by_default_and_the_toggle_turns_it_dark(browser, served_url
         page.mouse.move(0, 1049)
         shown = {name: round(brightness(el), 2) for name, el in parts.items()}
         assert all(b > 0.75 for b in shown.values()), shown
+        assert app_bar_colour(page) == (0, 114, 181)  # the light page keeps its blue bar
         page.get_by_role("button", name="Toggle theme").click()
         page.wait_for_timeout(500)
         shown = {name: round(brightness(el), 2) for name, el in parts.items()}
         assert all(b < 0.25 for b in shown.values()), shown
+        assert_dark_app_bar(page)
