@@ -15,6 +15,7 @@ import panel_material_ui as pmui
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
+from inspector.ui.layout import columns
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, KINDS
 from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
@@ -258,7 +259,8 @@ def _frame(rows):
 
 
 class DiffView(pn.viewable.Viewer):
-    """Pick a and b; see the summary, then the tree of both with badges, and the selected node."""
+    """Pick a and b; see the summary, then the tree of both with badges beside the selected node
+    (resizable columns: drag the gutter between them), then the values of every shared leaf."""
 
     def __init__(self, state, **params):
         super().__init__(**params)
@@ -288,10 +290,13 @@ class DiffView(pn.viewable.Viewer):
         pickers = pmui.Row(self.a, self.swap, self.b, self.only, margin=(0, 0))
         details = pmui.Column(
             pmui.Typography("Selected", variant="subtitle2", margin=(0, 10)), self.leaf,
-            width=340, margin=(0, 5))
-        return pmui.Column(pickers, self.hint, self.summary,
-                           pmui.Row(self.tree, details, sizing_mode="stretch_width"),
-                           self.values, sizing_mode="stretch_width")
+            sizing_mode="stretch_width", margin=(0, 5))
+        # The tree of both and the selected node in resizable columns, as on the Operations
+        # tab; the split's children are built here once and never change (see app.main).
+        tree = pmui.Column(self.tree, sizing_mode="stretch_width", margin=0)
+        split = columns(tree, details, sizes=(70, 30), min_widths=(300, 280))
+        return pmui.Column(pickers, self.hint, self.summary, split, self.values,
+                           sizing_mode="stretch_width")
 
     def _update_choices(self, *_):
         names = list(self._state.trees)

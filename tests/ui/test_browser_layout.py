@@ -140,6 +140,41 @@ def test_dragging_the_gutter_widens_the_input_tree(browser, served_url):
                                                                           abs=2)
 
 
+def test_dragging_the_compare_gutter_widens_the_selected_node_and_holds(browser, served_url):
+    with opened(browser, served_url, 1680) as page:
+        page.get_by_role("tab", name="Compare trees").click()
+        page.locator(".diff-summary").wait_for()
+        split = page.locator(".split").filter(has=page.get_by_text("Selected", exact=True))
+        panels = split.locator(".split-panel")
+
+        def boxes():
+            return [panels.nth(i).bounding_box() for i in range(2)]
+
+        before = steady(boxes)
+        tree, details = before
+        assert tree["x"] + tree["width"] <= details["x"]  # side by side, the tree the wider
+        assert tree["width"] > 2 * details["width"]
+        gutter = split.locator(".gutter-horizontal").first.bounding_box()
+        x, y = gutter["x"] + gutter["width"] / 2, gutter["y"] + gutter["height"] / 2
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x - 150, y, steps=5)
+        page.mouse.move(x - 300, y, steps=5)
+        page.mouse.up()
+        after = steady(boxes)
+        assert after[0]["width"] == pytest.approx(before[0]["width"] - 300, abs=12)
+        assert after[1]["width"] == pytest.approx(before[1]["width"] + 300, abs=12)
+        # the drag holds when the page changes: a selected node fills the right column, the
+        # value table joins below
+        split.locator('[role=treeitem][data-path="[0]"]').first.click()
+        panels.nth(1).get_by_text("[0]", exact=True).wait_for()  # the node, both sides
+        page.get_by_text("Compare all values").click()
+        page.locator(".tabulator").first.wait_for()
+        held = steady(boxes)
+        assert held[0]["width"] == pytest.approx(after[0]["width"], abs=2)
+        assert held[1]["width"] == pytest.approx(after[1]["width"], abs=2)
+
+
 def test_a_narrow_window_puts_the_result_below_the_input(browser, served_url):
     with opened(browser, served_url, 900) as page:
         page.get_by_role("button", name="Run the current operation.").click()
