@@ -19,7 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from inspector.core.lazy import LazyArray
+
 _POOL = threading.local()  # per thread: an op plans and runs in the thread that asked
+
+DONATE_BYTES = 4 << 20
+"""Outputs of a leaf this large are written into a donated buffer on plain (unpacked) trees
+too: fresh ones fault on first touch here well below XLA's 32 MiB (a plain stack of 5.5 MB
+leaves ran at 3.5 GB/s), and below it a kernel call costs more than the faults."""
 
 
 @contextmanager
@@ -41,6 +48,13 @@ def donating(buffers: Iterable[jax.Array]) -> Iterator[None]:
         yield
     finally:
         _POOL.buffers = previous
+
+
+def worth_donating(nbytes: int, inputs) -> bool:
+    """Whether a plain leaf's output of `nbytes` goes into a donated buffer: a large output of
+    arrays already in memory (lazy checkpoint leaves stream, output by output: a buffer made
+    for each in advance would hold the whole result at once)."""
+    return nbytes >= DONATE_BYTES and not any(isinstance(x, LazyArray) for x in inputs)
 
 
 def output_buffer(shape: tuple[int, ...], dtype, where) -> jax.Array:

@@ -31,7 +31,8 @@ class RunResult:
             other compilation the run caused (0.0 when nothing compiled).
         n_compiled: XLA compilations this run caused, counted from JAX's backend-compile
             events: the op's kernels and anything else (0 when all came from the caches).
-        n_kernels: kernel calls per execution.
+        n_kernels: kernel calls per execution (independent per-leaf calls of one shape run
+            in batches of up to 32, each batch one call).
         place_seconds: time to move the inputs onto the device (not in the timed runs).
         read_seconds: time to read lazy (checkpoint) leaves and move every input onto the
             device, once per run (includes `place_seconds`; never in `times`).
@@ -140,7 +141,7 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
         mesh=None if mesh is None else ", ".join(f"{n}={s}" for n, s in mesh.shape.items()),
         compile_seconds=compile_seconds,
         n_compiled=n_compiled,
-        n_kernels=len(plan.calls),
+        n_kernels=plan.dispatches,
         place_seconds=place_seconds,
         times=tuple(times),
         bytes_read=plan.bytes_read,

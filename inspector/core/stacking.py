@@ -17,7 +17,7 @@ from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, StructureMismatchError, bullet_list
 from inspector.core.leaves import leaf_info
 from inspector.core.op import Op, register
-from inspector.core.out_buffers import output_buffer
+from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree, same_layout
 from inspector.core.plan import Call, Plan
 
@@ -117,13 +117,19 @@ def plan_stack(trees, device=None) -> Plan:
         dtype = jax.dtypes.canonicalize_dtype(x.dtype)
         key = ("stack", k, tuple(x.shape), str(dtype))
         args = [col[i] for col in columns]
-        call = Call(key, lambda: _stack_kernel, args)
+        size = k * math.prod(x.shape) * np.dtype(dtype).itemsize
         sharding = placement.first(args)
+        if sharding is None and worth_donating(size, args):  # into a reused buffer
+            call = Call(("stack_donated", *key[1:]), lambda: _stack_donated,
+                        [_out_buffer((k, *x.shape), dtype, device), *args], donate=(0,),
+                        carry=True)
+        else:
+            call = Call(key, lambda: _stack_kernel, args)
         if sharding is not None:  # the new leading axis is not split; the rest keep theirs
             call.shardings = placement.like(sharding, args)
             call.out_shardings = placement.with_spec(sharding, (None, *sharding.spec))
         calls.append(call)
-        nbytes += k * math.prod(x.shape) * np.dtype(dtype).itemsize
+        nbytes += size
     return Plan("stack", device, calls, treedef.unflatten, nbytes, nbytes)
 
 
@@ -152,9 +158,15 @@ def plan_unstack(tree, device=None) -> Plan:
     calls, nbytes = [], 0
     for x in leaves:
         dtype = jax.dtypes.canonicalize_dtype(x.dtype)
-        call = Call(("unstack", k, tuple(x.shape), str(dtype)), lambda k=k: _unstack_kernel(k),
-                    [x])
+        key = ("unstack", k, tuple(x.shape), str(dtype))
+        size = math.prod(x.shape) * np.dtype(dtype).itemsize
         sharding = placement.first([x])
+        if sharding is None and worth_donating(size, [x]):  # into k reused buffers
+            outs = [_out_buffer(x.shape[1:], dtype, device) for _ in range(k)]
+            call = Call(("unstack_donated", *key[1:]), lambda k=k: _unstack_donated(k),
+                        [*outs, x], donate=tuple(range(k)), carry=True)
+        else:
+            call = Call(key, lambda k=k: _unstack_kernel(k), [x])
         if sharding is not None:  # each slice keeps the layout of the axes after the first
             call.shardings = (sharding,)
             call.out_shardings = (placement.with_spec(sharding, sharding.spec[1:]),) * k

@@ -60,22 +60,32 @@ def _stats_kernel(complex_: bool, size: int = 0):
 
 
 def _real_stats(tol, a, b, *, careful, rows: int):
-    """The seven figures of two real leaves, fast when every value is finite: three dot
-    products (XLA's dot is vectorised and threaded; a variadic reduction runs scalar code,
-    about 10x slower here) and max |d|, sum d^2 and the changed count over `rows` rows (row
-    partials: SIMD code, and the count stays exact). NaN or Inf anywhere makes some figure
-    non-finite; then the leaf is reduced again by the careful kernel, which knows which NaNs
-    and Infs match (and is exact where they do)."""
+    """The seven figures of two real leaves, fast when every value is finite: each figure is
+    its own reduction over the leaf, kept apart by optimization barriers. XLA's CPU backend
+    would otherwise fuse sibling reductions into one multi-output loop that runs ~5x slower
+    than a single reduction (measured here: max |d| alone 22 ms, max |d| and sum d^2 together
+    105 ms, on 2^26 float32 pairs); six separate passes over data in cache-sized streams
+    beat one slow one (112 ms against 300-345 ms). The dot products use XLA's threaded dot;
+    the changed count is summed over `rows` row partials (SIMD code, and exact as long as a
+    row holds < 2^24 elements). NaN or Inf anywhere makes some figure non-finite; then the
+    leaf is reduced again by the careful kernel, which knows which NaNs and Infs match (and is
+    exact where they do)."""
     f32 = jnp.float32
     x, y = a.reshape(-1).astype(f32), b.reshape(-1).astype(f32)
-    dots = jnp.stack([x @ x, y @ y, x @ y])
-    x2, y2 = x.reshape(rows, -1), y.reshape(rows, -1)
-    d = x2 - y2
-    abs_d = jnp.abs(d)
-    # 1 where |d| > atol + rtol |b|, else 0, without a select (selects are not vectorised)
-    changed = jnp.maximum(jnp.sign(abs_d - tol[1] - tol[0] * jnp.abs(y2)), 0.0)
-    count = jnp.sum(jnp.sum(changed, axis=1).astype(jnp.int32)).astype(f32)
-    fast = jnp.stack([f32(0), jnp.max(abs_d), jnp.sum(d * d), dots[0], dots[1], dots[2], count])
+
+    def changed_count(x, y):
+        x2, y2 = x.reshape(rows, -1), y.reshape(rows, -1)
+        # 1 where |d| > atol + rtol |b|, else 0, without a select (selects are not vectorised)
+        changed = jnp.maximum(jnp.sign(jnp.abs(x2 - y2) - tol[1] - tol[0] * jnp.abs(y2)), 0.0)
+        return jnp.sum(jnp.sum(changed, axis=1).astype(jnp.int32)).astype(f32)
+
+    figures = (lambda x, y: jnp.max(jnp.abs(x - y)), lambda x, y: jnp.sum(jnp.square(x - y)),
+               lambda x, y: x @ x, lambda x, y: y @ y, lambda x, y: x @ y, changed_count)
+    out = [f32(0)]
+    for figure in figures:
+        x, y = jax.lax.optimization_barrier((x, y))
+        out.append(figure(x, y))
+    fast = jnp.stack(out)
     return jax.lax.cond(jnp.all(jnp.isfinite(fast)), lambda: fast,
                         lambda: careful(tol, a, b))
 

@@ -16,7 +16,7 @@ from inspector.core import placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.op import Op, register
-from inspector.core.out_buffers import output_buffer
+from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import Layout, same_layout
 from inspector.core.plan import Call, Plan
 
@@ -160,8 +160,14 @@ def _leaf_plan(trees, weights, integral, device, action) -> Plan:
         shape = tuple(x.shape)
         key = ("weighted_sum", k, shape, str(dtype), str(acc), str(out))
         args = [w_by_dtype[str(dtype)], *(col[i] for col in columns)]
-        call = Call(key, lambda k=k, acc=acc, out=out: _leaf_kernel(k, acc, out), args)
         sharding = placement.first(args[1:])
+        if sharding is None and worth_donating(math.prod(shape) * out.itemsize, args[1:]):
+            # written into a reused buffer (the previous result's, inside `donating`)
+            call = Call(("weighted_sum_donated", *key[1:]),
+                        lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out),
+                        [output_buffer(shape, out, device), *args], donate=(0,), carry=True)
+        else:
+            call = Call(key, lambda k=k, acc=acc, out=out: _leaf_kernel(k, acc, out), args)
         if sharding is not None:  # SPMD over the mesh; the sum keeps the leaf's layout
             call.shardings = (placement.replicated(sharding.mesh),
                               *placement.like(sharding, args[1:]))

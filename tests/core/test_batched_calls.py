@@ -1,0 +1,76 @@
+"""Plain (unpacked) trees of many leaves: per-leaf calls of one shape run in batches, and large
+leaves write into donated buffers; the values must match NumPy either way."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import inspector
+from inspector.core.out_buffers import DONATE_BYTES, donating
+from inspector.core.stacking import plan_stack
+from inspector.core.weighted_sum import plan_weighted_sum
+
+
+def many(seed: int, n: int = 41) -> dict:
+    """`n` leaves of one shape and `n` of another: batches of 32, 4 and singles."""
+    rng = np.random.default_rng(seed)
+    return {f"l{i:02d}": {"w": rng.standard_normal((3, 5)).astype(np.float32),
+                          "b": rng.integers(-9, 9, (7,)).astype(np.int32)} for i in range(n)}
+
+
+def test_batched_calls_give_every_leaf_its_own_result():
+    trees = [many(s) for s in range(3)]
+    r = inspector.run(inspector.weighted_sum, trees, [0.5, -2.0, 1.0], repeats=2)
+    # per shape 41 = 32 + 2 * 4 + 1: four kernel calls, two shapes
+    assert r.n_kernels == 8
+    for key in trees[0]:
+        for leaf in ("w", "b"):
+            ref = sum(w * np.asarray(t[key][leaf], np.float64)
+                      for w, t in zip([0.5, -2.0, 1.0], trees, strict=True))
+            np.testing.assert_allclose(np.asarray(r.result[key][leaf], np.float64), ref,
+                                       rtol=1e-6, atol=1e-6)
+
+
+def test_batched_stack_unstack_and_index_round_trip():
+    trees = [many(s) for s in range(3)]
+    stacked = inspector.stack(trees)
+    for key in trees[0]:
+        np.testing.assert_array_equal(np.asarray(stacked[key]["w"]),
+                                      np.stack([np.asarray(t[key]["w"]) for t in trees]))
+    back = inspector.unstack(stacked)  # each batched call returns a tuple of 3 slices
+    assert len(back) == 3
+    for t, u in zip(trees, back, strict=True):
+        for key in t:
+            np.testing.assert_array_equal(np.asarray(u[key]["b"]), t[key]["b"])
+    picked = inspector.index(stacked, 1)
+    np.testing.assert_array_equal(np.asarray(picked["l40"]["w"]), trees[1]["l40"]["w"])
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_large_plain_leaves_write_into_donated_buffers(repeats):
+    n = DONATE_BYTES // 4  # float32 elements of one large leaf
+    rng = np.random.default_rng(0)
+    trees = [{"big": rng.standard_normal(n).astype(np.float32),
+              "small": rng.standard_normal(8).astype(np.float32)} for _ in range(2)]
+    plan = plan_weighted_sum(trees, [1.0, 1.0])
+    assert [c.donate for c in plan.calls] == [(0,), ()]  # big donates, small does not
+    r = inspector.run(inspector.weighted_sum, trees, [2.0, -1.0], repeats=repeats)
+    np.testing.assert_allclose(np.asarray(r.result["big"]),
+                               2.0 * trees[0]["big"] - trees[1]["big"], rtol=1e-6, atol=1e-6)
+    assert [c.donate for c in plan_stack(trees).calls] == [(0,), ()]
+    stacked = inspector.run(inspector.stack, trees, repeats=repeats).result
+    np.testing.assert_array_equal(np.asarray(stacked["big"]), np.stack([t["big"] for t in trees]))
+    halves = inspector.run(inspector.unstack, stacked, repeats=repeats).result
+    np.testing.assert_array_equal(np.asarray(halves[1]["big"]), trees[1]["big"])
+
+
+def test_a_plain_result_reuses_the_previous_results_buffer():
+    n = DONATE_BYTES // 4
+    trees = [{"big": jax.device_put(np.full(n, float(s + 1), np.float32))} for s in range(2)]
+    old = inspector.weighted_sum(trees, [1.0, 1.0])
+    with donating(jax.tree.leaves(old)):
+        new = inspector.weighted_sum(trees, [1.0, 2.0])
+    assert jax.tree.leaves(old)[0].is_deleted()  # its memory now holds the new result
+    assert float(new["big"][0]) == float(new["big"][-1]) == 5.0
