@@ -8,6 +8,7 @@ import numpy as np
 
 from inspector.core import nodes
 from inspector.core.leaves import leaf_info
+from inspector.core.node_text import container_text, shape_text
 from inspector.core.packed import structure_of, unpacked
 from inspector.core.value_diff import ATOL, RTOL, leaf_value_stats
 
@@ -119,10 +120,10 @@ def summary(node) -> str:
         shape, dtype, _, _ = leaf_info(node)
         if shape is None:
             return type(node).__name__
-        return f"{dtype}[{','.join(map(str, shape))}]"
+        return shape_text(dtype, shape)
     if kind == nodes.NONE:
         return "None"
-    return f"{nodes.type_name(node)} of {len(kids)}"
+    return container_text(nodes.type_name(node), len(kids))
 
 
 def _compare(a, b, path: str, values: bool, out: list, depth: int) -> None:

@@ -7,7 +7,7 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.examples import EXAMPLES
-from inspector.ui.session.formatting import human_bytes, human_count
+from inspector.ui.session.formatting import totals_text
 
 
 class TreeListView(pn.viewable.Viewer):
@@ -35,8 +35,7 @@ class TreeListView(pn.viewable.Viewer):
         for name, t in self._state.trees.items():
             items.append({
                 "label": name,
-                "secondary": f"{t.source} · {t.n_leaves:,} leaves · {human_count(t.n_params)} "
-                             f"params · {human_bytes(t.nbytes)}",
+                "secondary": f"{t.source} · {totals_text(t.n_leaves, t.n_params, t.nbytes)}",
                 "icon": "account_tree",
             })
         active = (names.index(self._state.selected),) if self._state.selected in names else None

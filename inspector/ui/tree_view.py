@@ -14,7 +14,7 @@ import param
 
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.leaf_stats_view import LeafStatsView
-from inspector.ui.session.formatting import human_bytes, human_count, plural
+from inspector.ui.session.formatting import plural, totals_text
 from inspector.ui.session.leaf_numbers import short_values
 
 
@@ -180,9 +180,8 @@ class TreeView(pn.viewable.Viewer):
         else:
             name, _, index = shown
             root = index.root
-            self._header.object = (f"**{name}** · {plural(root.n_leaves, 'leaf', 'leaves')} · "
-                                   f"{human_count(root.n_params)} params · "
-                                   f"{human_bytes(root.nbytes)}")
+            self._header.object = (f"**{name}** · "
+                                   f"{totals_text(root.n_leaves, root.n_params, root.nbytes)}")
         self.lazy.update()
         self._arrange()  # after the items: a tree joining the page arrives with them
 

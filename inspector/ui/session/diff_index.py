@@ -20,7 +20,7 @@ import numpy as np
 
 import inspector
 from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, TYPE, value_difference
-from inspector.ui.session.formatting import human_bytes, human_count, plural, shape_text
+from inspector.core.node_text import human_bytes, node_text, plural, totals_text
 from inspector.ui.session.tree_index import _SEP, ROOT_ID, TreeIndex
 
 _INT_KEY = re.compile(r"^\[(-?\d+)\]$")
@@ -224,7 +224,7 @@ class TreeDiff:
         k = self.sides[i][0 if side == "a" else 1]
         if k < 0:
             return "—"
-        return _node_text((self.a if side == "a" else self.b).index.rows[k])
+        return node_text((self.a if side == "a" else self.b).index.rows[k])
 
     def summary_lines(self) -> list[str]:
         """The summary as lines of text (tests and the notebook read it; the view draws it)."""
@@ -233,9 +233,7 @@ class TreeDiff:
         lines = [f"{plural(n, 'difference')}: {', '.join(parts)}; "
                  f"{plural(self.matched, 'leaf', 'leaves')} match."]
         for side in (self.a, self.b):
-            leaves, params, nbytes = side.totals
-            lines.append(f"{side.name}: {plural(leaves, 'leaf', 'leaves')} · "
-                         f"{human_count(params)} params · {human_bytes(nbytes)}")
+            lines.append(f"{side.name}: {totals_text(*side.totals)}")
         return lines
 
 
@@ -290,8 +288,8 @@ class DiffIndex(TreeIndex):
         row = self.rows[i]
         key = row.key or root_label or "(root)"
         ia, ib = self.diff.sides[u]
-        a = _node_text(self.diff.a.index.rows[ia]) if ia >= 0 else None
-        b = _node_text(self.diff.b.index.rows[ib]) if ib >= 0 else None
+        a = node_text(self.diff.a.index.rows[ia]) if ia >= 0 else None
+        b = node_text(self.diff.b.index.rows[ib]) if ib >= 0 else None
         if a is not None and b is not None and a != b and (
                 row.kind == "leaf" or TYPE in self.diff.kinds[u]):
             text = f"{a}  ≠  b: {b}"
@@ -305,8 +303,7 @@ class DiffIndex(TreeIndex):
             parts.append(f"max |Δ| {value[0]:.3g} · rel L2 {value[1]:.3g}")
         secondary = ""
         if row.kind not in ("leaf", "None"):
-            secondary = f"{plural(row.n_leaves, 'leaf', 'leaves')} · " \
-                f"{human_count(row.n_params)} params · {human_bytes(row.nbytes)}"
+            secondary = totals_text(row.n_leaves, row.n_params, row.nbytes)
             if ia < 0 or ib < 0:
                 secondary += " · only in " + ("a" if ib < 0 else "b")
         return _SEP.join(parts), secondary
@@ -338,15 +335,6 @@ def _dict_order(key: str) -> tuple:
     """Sorts key strings as JAX sorts the dict keys they name (`[2]` before `[10]`)."""
     number = _INT_KEY.match(key)
     return (0, int(number.group(1)), "") if number else (1, 0, key)
-
-
-def _node_text(row) -> str:
-    if row.kind == "leaf":
-        return row.type_name if row.shape is None else shape_text(row.dtype, row.shape)
-    if row.kind == "None":
-        return "None"
-    kind = row.type_name if row.kind in ("dict", "list", "tuple") else row.kind
-    return f"{kind} of {row.n_children:,}"
 
 
 def _real(x) -> np.ndarray:

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from inspector.ui.session.formatting import human_bytes, human_count, plural, shape_text
+from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
 
 GROUP_SIZE = 100
 FOLD_MIN = 3  # this many siblings of one structure, or more, fold into one row
@@ -365,10 +365,8 @@ class TreeIndex:
             _, parent, lo, hi = entry
             kids = self.children.slice(parent, lo, hi)
             first, last = self.rows[kids[0]], self.rows[kids[-1]]
-            kind = first.type_name if first.kind in ("dict", "list", "tuple") else first.kind
             return (_SEP.join([f"[{lo}\u2026{hi - 1}] \u00d7{hi - lo:,}",
-                               f"{first.key} \u2026 {last.key}",
-                               f"{kind} of {first.n_children:,}"]),
+                               f"{first.key} \u2026 {last.key}", node_text(first)]),
                     f"{human_count(first.n_params)} params each · "
                     f"{human_bytes(first.nbytes * (hi - lo))} in all")
         if entry[0] == "range":
@@ -379,21 +377,20 @@ class TreeIndex:
             params = sum(self.rows[j].n_params for j in kids)
             nbytes = sum(self.rows[j].nbytes for j in kids)
             return (_SEP.join([f"[{lo}–{hi - 1}]", f"{first} … {last}"]),
-                    _totals(leaves, params, nbytes))
+                    totals_text(leaves, params, nbytes))
         row = self.rows[entry[1]]
         key = row.key or root_label or "(root)"
         if row.kind == "leaf":
             if row.shape is None:
-                return _SEP.join([key, row.type_name]), ""
-            parts = [key, shape_text(row.dtype, row.shape), human_bytes(row.nbytes)]
+                return _SEP.join([key, node_text(row)]), ""
+            parts = [key, node_text(row), human_bytes(row.nbytes)]
             if row.sharding:  # P('data', None) over data=4, model=2
                 parts.append(row.sharding.replace("PartitionSpec(", "P("))
             return _SEP.join(parts), ""
         if row.kind == "None":
-            return _SEP.join([key, "None"]), ""
-        kind = row.type_name if row.kind in ("dict", "list", "tuple") else row.kind
-        return (_SEP.join([key, f"{kind} of {row.n_children:,}"]),
-                _totals(row.n_leaves, row.n_params, row.nbytes) + self.order_note(entry[1]))
+            return _SEP.join([key, node_text(row)]), ""
+        return (_SEP.join([key, node_text(row)]),
+                totals_text(row.n_leaves, row.n_params, row.nbytes) + self.order_note(entry[1]))
 
     def order_note(self, i: int) -> str:
         """For a node whose children are shown in another order than JAX's, what JAX's is."""
@@ -464,11 +461,6 @@ class _Children:
     def slice(self, i: int, lo: int, hi: int) -> list[int]:
         start = self._ptr[i]
         return self._kids[start + lo:start + hi].tolist()
-
-
-def _totals(leaves: int, params: int, nbytes: int) -> str:
-    return f"{plural(leaves, 'leaf', 'leaves')} · {human_count(params)} params · " \
-        f"{human_bytes(nbytes)}"
 
 
 _CACHE: OrderedDict = OrderedDict()
