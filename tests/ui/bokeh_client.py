@@ -123,11 +123,18 @@ class BokehClient:
             walk(values)
         return "\n".join(out)
 
-    async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
+    async def close(self, timeout: float = 10) -> None:
+        """Closes the websocket and waits for the closing handshake, so its socket is closed
+        before the event loop ends (else it leaks, and a later `gc` warns about it)."""
         if self._socket is not None:
             self._socket.close()
+        if self._reader is not None:
+            try:  # the reader returns once the server has answered the close
+                await asyncio.wait_for(self._reader, timeout)
+            except (TimeoutError, asyncio.CancelledError):
+                pass
+        if self._socket is not None and self._socket.protocol is not None:
+            self._socket.protocol.stream.close()  # no answer in time: drop the connection
 
     # protocol -------------------------------------------------------------------------------
 
