@@ -283,6 +283,11 @@ class DiffView(pn.viewable.Viewer):
         self.hint = pmui.Typography(_HINT, variant="body2", margin=(10, 10))
         state.param.watch(self._update_choices, ["trees", "diff_a", "diff_b"])
         state.param.watch(self._update_visible, ["diff_result"])
+        names = list(state.trees)
+        if not (state.diff_a or state.diff_b) and len(names) >= 2:
+            # Opened with nothing chosen: the first two trees. Left empty, the page's pickers
+            # showed no value, yet sent their first option back, so it compared t1 with t1.
+            state.param.update(diff_a=names[0], diff_b=names[1])
         self._update_choices()
         self._update_visible()
 

@@ -199,3 +199,17 @@ def test_s5_example_is_one_click_from_its_differences():
     model, ckpt = s.trees["model"].tree, s.trees["checkpoint"].tree
     kinds = sorted(d.kind for d in inspector.diff(model, ckpt))
     assert kinds == ["dtype", "extra", "missing", "shape", "type"]
+
+
+def test_opening_with_nothing_chosen_compares_the_first_two_trees():
+    # Left empty, the served page's pickers showed no value yet sent their first option back
+    # for both, so the summary compared t1 with t1.
+    s = InspectorState()
+    s.add_tree("first", {"w": np.zeros(3, np.float32)})
+    s.add_tree("second", {"w": np.ones(4, np.float32)})
+    view = DiffView(s)
+    assert (view.a.value, view.b.value) == ("first", "second")
+    assert s.diff_result is not None and dict(s.diff_result.counts)["shape"] == 1
+    lone = InspectorState()
+    lone.add_tree("only", {"w": np.zeros(3, np.float32)})
+    assert DiffView(lone).a.value is None and lone.diff_a == ""
