@@ -184,6 +184,7 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
     if hosts is not None:
         state.hosts, state.session_id = hosts, hosts.new_session(list(state.trees))
     app = InspectorApp(state)
+    state.batch_updates = pn.io.hold  # a job's updates reach the page as one message
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         # The browser session ended: release its working set, result and trees at once.
         pn.state.on_session_destroyed(lambda context: state.close())

@@ -49,15 +49,17 @@ class ResultView(pn.viewable.Viewer):
             variant="outlined", size="small",
             disabled=pn.bind(lambda r: r is None, state.param.result))
 
-        # Built with the card (after the first paint), shown with the first result: built at
-        # the first run instead, they made that run cost 0.2-0.35 s of server time (most of
-        # a Run's), which 20 sessions running at once queued behind each other.
-        self._extras = pmui.Column(
-            self.keep, self.timing, self.code,
+        # Built with the card (after the first paint): built at the first Run instead, they
+        # made that Run cost 0.2-0.35 s of server time (most of it), which 20 sessions running
+        # at once queued behind each other. The keep button and the timing card show with the
+        # first result; the history is shown from the start (a table made inside a hidden
+        # part stays empty when shown), its chart once there are runs.
+        self._first = pmui.Column(self.keep, self.timing, sizing_mode="stretch_width",
+                                  margin=0, visible=False)
+        self._layout = pmui.Column(
+            self.error, self.tree, self._first, self.code,
             pmui.Typography("Run history", variant="subtitle2", margin=(10, 10, 0, 10)),
-            self.history, sizing_mode="stretch_width", margin=0, visible=False)
-        self._layout = pmui.Column(self.error, self.tree, self._extras,
-                                   sizing_mode="stretch_width")
+            self.history, sizing_mode="stretch_width")
         state.param.watch(self._show_all, "result")
         self._show_all()
 
@@ -65,7 +67,5 @@ class ResultView(pn.viewable.Viewer):
         return self._layout
 
     def _show_all(self, *_):
-        if self._state.result is None or self._extras.visible:
-            return
-        self.history.refresh()  # data first: a log axis over no data warns in the browser
-        self._extras.visible = True
+        if self._state.result is not None:
+            self._first.visible = True

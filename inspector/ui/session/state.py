@@ -9,6 +9,7 @@ thread when `background` is on (the served app), synchronously otherwise (tests,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import time
@@ -150,6 +151,9 @@ class InspectorState(param.Parameterized):
             self.device = names[0]
         self._queue: list = []
         self._kept = 0
+        # What a finished job's updates run inside: the served app gives Panel's `hold` (its
+        # many small changes go to the page as one message, not one each); nothing here.
+        self.batch_updates = contextlib.nullcontext
         self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
         self.runs = HeldRuns()  # the working set: trees read once, held packed, reused
         self.hosts = None  # the `hosts.Leader` when served from several hosts
@@ -649,8 +653,9 @@ class InspectorState(param.Parameterized):
         out, exc = await asyncio.to_thread(_call, work)
 
         async def finish():
-            self._complete(done, out, exc)
-            self._next()
+            with self.batch_updates():
+                self._complete(done, out, exc)
+                self._next()
 
         # Views update Bokeh models directly (chart sources), which needs the document lock:
         # `lock = True` is what `panel.io.with_lock` sets, and Panel's executor honours it.
