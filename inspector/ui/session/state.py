@@ -9,7 +9,6 @@ thread when `background` is on (the served app), synchronously otherwise (tests,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import gc
 import time
@@ -151,9 +150,6 @@ class InspectorState(param.Parameterized):
             self.device = names[0]
         self._queue: list = []
         self._kept = 0
-        # What a finished job's updates run inside: the served app gives Panel's `hold` (its
-        # many small changes go to the page as one message, not one each); nothing here.
-        self.batch_updates = contextlib.nullcontext
         self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
         self.runs = HeldRuns()  # the working set: trees read once, held packed, reused
         self.hosts = None  # the `hosts.Leader` when served from several hosts
@@ -653,9 +649,8 @@ class InspectorState(param.Parameterized):
         out, exc = await asyncio.to_thread(_call, work)
 
         async def finish():
-            with self.batch_updates():
-                self._complete(done, out, exc)
-                self._next()
+            self._complete(done, out, exc)
+            self._next()
 
         # Views update Bokeh models directly (chart sources), which needs the document lock:
         # `lock = True` is what `panel.io.with_lock` sets, and Panel's executor honours it.
