@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from inspector import examples  # noqa: E402
-from tests.serving import CHROMIUM, CHROMIUM_ARGS, free_port, stop, wait_for  # noqa: E402
+from tests.serving import CHROMIUM, CHROMIUM_ARGS, error_lines, served_app  # noqa: E402
 from tests.ui.bokeh_client import BokehClient  # noqa: E402
 
 # Even sessions load S5, odd ones the 20k-leaf transformer: each must see its own, not the other.
@@ -199,27 +197,13 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=2, help="sessions that are chromium "
                         "pages; the others are Bokeh websocket clients (tests/ui/bokeh_client)")
     args = parser.parse_args()
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "server.log"
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "panel", "serve", "inspector", "--address", "127.0.0.1",
-                 "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}",
-                 "--liveness", "--unused-session-lifetime", "120000"],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            try:
-                wait_for(f"http://127.0.0.1:{port}/liveness", proc)
-                start = time.perf_counter()
-                # a first page: the server imports the app once, as when it starts
-                wait_for(f"http://127.0.0.1:{port}/inspector", proc)
-                out = asyncio.run(drive(f"http://127.0.0.1:{port}/inspector", args.sessions,
-                                        int(args.timeout * 1000), args.pages))
-                total = time.perf_counter() - start
-            finally:
-                stop(proc)
-        errors = [line for line in log_path.read_text().splitlines()
-                  if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
+        with served_app(log_path, seconds=60) as url:  # a first page built: the app imported
+            start = time.perf_counter()
+            out = asyncio.run(drive(url, args.sessions, int(args.timeout * 1000), args.pages))
+            total = time.perf_counter() - start
+        errors = error_lines(log_path)
     print(f"\n{args.sessions} sessions against one server, {total:.0f} s in all")
     for key in ("first_paint", "ready", "load", "interaction"):
         print(summary({"interaction": "run / weight", "load": "load example",

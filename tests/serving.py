@@ -115,6 +115,34 @@ def session(browser, url: str):
         context.close()
 
 
+@contextlib.contextmanager
+def served_app(log_path, seconds: float = 180):
+    """`panel serve inspector` on a free port of 127.0.0.1 (as `make serve`, with liveness),
+    its output into `log_path`; yields the app's URL once a first page was built (the server
+    has imported the app); stops it afterwards."""
+    port = free_port()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "panel", "serve", "inspector", "--address", "127.0.0.1",
+             "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}",
+             "--liveness", "--unused-session-lifetime", "120000"],
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), stdout=log,
+            stderr=subprocess.STDOUT)
+        try:
+            wait_for(f"http://127.0.0.1:{port}/liveness", proc, seconds)
+            wait_for(f"http://127.0.0.1:{port}/inspector", proc, seconds)
+            yield f"http://127.0.0.1:{port}/inspector"
+        finally:
+            stop(proc)
+
+
+def error_lines(log_path) -> list[str]:
+    """The lines of a server log that report an error or a traceback."""
+    with open(log_path) as f:
+        return [line.rstrip("\n") for line in f
+                if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

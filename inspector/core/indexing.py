@@ -24,6 +24,7 @@ from inspector.core.index_rules import (
 )
 from inspector.core.leaves import leaf_info
 from inspector.core.op import Op, register
+from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree, unpacked
 from inspector.core.packed_index import plan_packed_index
 from inspector.core.plan import Call, Plan
@@ -71,14 +72,23 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             key = ("index", tuple(shape), str(dt), pattern)
             args = [array, np.asarray(starts or [0], dtype=np.int32)]
             leaf_slots[full] = len(calls)
-            call = Call(key, lambda pattern=pattern: index_kernel(pattern), args)
+            out_bytes = result_size(pattern, shape) * np.dtype(dt).itemsize
             sharding = placement.first([array])
+            if sharding is None and worth_donating(out_bytes, [array]):
+                # written into a reused buffer, like the packed index
+                out = jax.eval_shape(index_kernel(pattern), jax.ShapeDtypeStruct(shape, dt),
+                                     args[1])
+                call = Call(("index_donated", *key[1:]),
+                            lambda pattern=pattern: _donated(index_kernel(pattern)),
+                            [output_buffer(out.shape, dt, device), *args], donate=(0,),
+                            carry=True)
+            else:
+                call = Call(key, lambda pattern=pattern: index_kernel(pattern), args)
             if sharding is not None:  # SPMD over the mesh; kept axes keep their layout
                 call.shardings = (sharding, placement.replicated(sharding.mesh))
                 call.out_shardings = placement.with_spec(
                     sharding, result_spec(pattern, sharding, len(shape)))
             calls.append(call)
-            out_bytes = result_size(pattern, shape) * np.dtype(dt).itemsize
             read += out_bytes  # a slice reads only what it keeps
             written += out_bytes
     if problems:
@@ -92,6 +102,14 @@ def plan_index(tree, index_tree, device=None) -> Plan:
         return jax.tree_util.tree_map_with_path(pick, source)
 
     return Plan("index", device, calls, assemble, read, written)
+
+
+def _donated(kernel):
+    def donated(out, x, starts):
+        del out  # donated: XLA writes the indexed leaf into it instead of fresh pages
+        return kernel(x, starts)
+
+    return donated
 
 
 INDEX = Op("index", plan_index)

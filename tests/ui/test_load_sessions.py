@@ -15,20 +15,15 @@ target is checked by `benchmarks/bench_sessions.py`, which prints the latencies.
 from __future__ import annotations
 
 import asyncio
-import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from inspector import examples
-from tests.serving import free_port, stop, wait_for
+from tests.serving import error_lines, served_app
 from tests.ui.bokeh_client import BokehClient
 
-ROOT = Path(__file__).resolve().parents[2]
 N = 20
 BOUND = 90.0  # seconds per interaction, far above the figures the benchmark prints
 LOADS = [("S5: model vs old checkpoint", "checkpoint")]
@@ -111,22 +106,10 @@ async def _drive(url: str) -> dict:
 
 @pytest.mark.slow
 def test_twenty_sessions_each_see_only_their_own_trees(tmp_path):
-    port = free_port()
     log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "panel", "serve", "inspector", "--address", "127.0.0.1",
-             "--port", str(port), "--allow-websocket-origin", f"127.0.0.1:{port}",
-             "--liveness", "--unused-session-lifetime", "120000"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_for(f"http://127.0.0.1:{port}/liveness", proc, seconds=180)
-            wait_for(f"http://127.0.0.1:{port}/inspector", proc, seconds=180)
-            out = asyncio.run(_drive(f"http://127.0.0.1:{port}/inspector"))
-        finally:
-            stop(proc)
-    errors = [line for line in log_path.read_text().splitlines()
-              if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
+    with served_app(log_path) as url:
+        out = asyncio.run(_drive(url))
+    errors = error_lines(log_path)
     print(latencies(out["latency"]))
     assert not out["failures"], out["failures"]
     assert len(out["checked"]) == N
