@@ -79,6 +79,10 @@ async def _session(page, i: int, n: int, out: dict, all_done: asyncio.Barrier) -
     try:
         await page.get_by_role("combobox").filter(has_text="S1: weighted sum").first.click()
         await page.locator("li", has_text=LOADS[i % 2][0]).first.click()
+        # The page sends a select's new value after redrawing it, a click at once: wait for the
+        # server's answer (the example's description) before pressing Load, as a person would.
+        await page.get_by_text(examples.EXAMPLES[LOADS[i % 2][0]].description[:40]).first \
+            .wait_for()
         button = page.get_by_role("button", name="Load the trees of `example`.")
         out["load"].append(await _timed(button.click,
                                         page.get_by_text(tree_name, exact=True).first))
