@@ -184,6 +184,20 @@ def _slice_kernel(compute, size: int, dtype):
     return kernel
 
 
+def _slices_kernel(compute, size: int, dtype):
+    """`_slice_kernel` over every leaf of one size in a packed buffer, in one loop: a row of
+    `ips` and of `keys` per leaf (its counts and offset, its random state). One call per
+    distinct leaf size instead of one per leaf: a kernel call costs ~0.1 ms here, most of a
+    small leaf's merge."""
+    one = _slice_kernel(compute, size, dtype)
+
+    def kernel(buffer, fp, ips, keys, *arrays):
+        return jax.lax.fori_loop(0, ips.shape[0],
+                                 lambda j, out: one(out, fp, ips[j], keys[j], *arrays), buffer)
+
+    return kernel
+
+
 def _counts(spec, values, sizes):
     if spec.name == "ties":
         return checks.keep_counts(sizes, values["density"])
@@ -241,11 +255,21 @@ def _packed_plan(spec, inputs, compute, statics, fparams, key, values, device) -
                               donate=(0,), carry=True))
         else:
             members = [(i, s) for i, s in enumerate(slots) if s.group == group and s.size]
-            for j, (i, s) in enumerate(members):
-                call_key = ("merge_slice", spec.name, n_in, statics, s.size, size, str(dtype))
-                args = [out, fparams, _int_params(counts[i], i, s.offset), key(i), *buffers]
-                calls.append(Call(call_key, partial(_slice_kernel, compute, s.size, dtype),
-                                  args, donate=(0,), carry=j == 0, chain=j > 0))
+            by_size: dict[object, list] = {}
+            for i, s in members:
+                # TIES alone keeps a call per leaf: its top-k search (a while loop) inside
+                # the loop over leaves ran twice as slow (208 ms against 104 on 1e7 params).
+                by_size.setdefault(s.size if spec.name != "ties" else (s.size, i), []).append(
+                    (i, s))
+            for j, same in enumerate(by_size.values()):
+                leaf_size = same[0][1].size
+                call_key = ("merge_slices", spec.name, n_in, statics, leaf_size, len(same),
+                            size, str(dtype))
+                ips = np.stack([_int_params(counts[i], i, s.offset) for i, s in same])
+                keys = np.stack([key(i) for i, _ in same])
+                calls.append(Call(call_key, partial(_slices_kernel, compute, leaf_size, dtype),
+                                  [out, fparams, ips, keys, *buffers], donate=(0,),
+                                  carry=j == 0, chain=j > 0))
             if not members:  # a group of empty leaves: nothing to compute
                 calls.append(Call(("merge_empty", size, str(dtype)),
                                   lambda: (lambda b: b), [out]))
