@@ -206,12 +206,15 @@ _FROZEN: list[bool] = []
 
 
 def freeze_long_lived() -> None:
-    """Moves every object alive now out of the garbage collector's sight, once per process:
-    called by a server before its first session, that is the imported libraries (JAX, Panel,
-    Bokeh, NumPy: several hundred thousand objects, alive until the process ends). A full
-    collection walked them all: with 20 sessions open, 9 of them took 2.7 s of the server's
-    time, up to 0.65 s each, during which no page was answered. Sessions' own objects stay
-    collectable (a closed session's memory is still released)."""
+    """Moves every object alive now out of the garbage collector's sight, once per process.
+
+    A server calls it before it builds its first page (`serve` before serving; `main.py`, run
+    by `panel serve` per session, in the first session): what is alive then is mostly the
+    imported libraries (JAX, Panel, Bokeh, NumPy), alive until the process ends. Full
+    collections walked them all: with 20 sessions open, 9 of them took 2.7 s of the server's
+    time, up to 0.65 s each, during which no page was answered (1.9 s after). Pages built later
+    stay collectable, so a closed session's memory is still released; under `panel serve` the
+    first session's bare Bokeh document, made before `main.py` runs, is kept."""
     if not _FROZEN:
         gc.collect()
         gc.freeze()

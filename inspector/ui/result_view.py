@@ -60,12 +60,12 @@ class ResultView(pn.viewable.Viewer):
             self.error, self.tree, self._first, self.code,
             pmui.Typography("Run history", variant="subtitle2", margin=(10, 10, 0, 10)),
             self.history, sizing_mode="stretch_width")
-        state.param.watch(self._show_all, "result")
-        self._show_all()
+        state.param.watch(self._on_result, "result")
+        self._on_result()
 
     def __panel__(self):
         return self._layout
 
-    def _show_all(self, *_):
+    def _on_result(self, *_):
         if self._state.result is not None:
             self._first.visible = True
