@@ -143,6 +143,16 @@ def error_lines(log_path) -> list[str]:
                 if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
 
 
+def open_compare_tab(page) -> None:
+    """Opens the Compare tab once the page has finished drawing (the operation and result cards
+    join after the first paint), then waits for the comparison's summary. A click on the tab
+    while those cards arrived was lost in 2 of ~20 runs on this machine (the summary never came);
+    a person clicks later than the first tree row, as this waits."""
+    page.get_by_role("button", name="Run the current operation.").wait_for()
+    page.get_by_role("tab", name="Compare trees").click()
+    page.locator(".diff-summary").wait_for()
+
+
 def stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

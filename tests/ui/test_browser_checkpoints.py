@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import inspector
-from tests.serving import launched_app, session
+from tests.serving import launched_app, open_compare_tab, session
 
 pytestmark = pytest.mark.browser
 
@@ -64,9 +64,8 @@ def test_opening_a_file_through_the_picker(page):
 
 def test_comparing_the_two_files_shows_the_badges(page):
     page.get_by_role("treeitem").first.wait_for()
-    page.get_by_role("tab", name="Compare trees").click()
+    open_compare_tab(page)
     summary = page.locator(".diff-summary")
-    summary.wait_for()
     text = summary.inner_text()
     assert "4 differences" in text and "1 missing" in text and "1 extra" in text
     assert "1 shape" in text and "1 dtype" in text
@@ -138,8 +137,7 @@ def test_the_server_closes_a_websocket_sending_a_message_over_the_limit(launched
 
 def test_comparing_all_values_colours_the_tree_rows(page):
     page.get_by_role("treeitem").first.wait_for()
-    page.get_by_role("tab", name="Compare trees").click()
-    page.locator(".diff-summary").wait_for()
+    open_compare_tab(page)
     page.get_by_text("Compare all values").click()
     heat = node(page, "['norm']['scale']").locator(".wtree-heat")
     heat.wait_for()  # the one leaf of both files: float32 ones vs float16 ones, unchanged
