@@ -47,8 +47,10 @@ class HistoryView(pn.viewable.Viewer):
         fig.xaxis.ticker = BasicTicker(min_interval=1, num_minor_ticks=0)
         fig.x_range.range_padding = 0.2
         fig.grid.grid_line_alpha = 0.3
-        # Shown once there are runs: a log axis over no data warns in the browser.
-        self.chart = pn.pane.Bokeh(fig, sizing_mode="stretch_width", visible=False)
+        # Shown once there are runs: a log axis over no data warns in the browser. The figure
+        # itself is hidden: a hidden Bokeh pane still drew an empty 190 px plot.
+        self._figure = fig
+        self.chart = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
         state.param.watch(self.refresh, "history")
         self.refresh()
 
@@ -61,7 +63,7 @@ class HistoryView(pn.viewable.Viewer):
         rows = [h.row() for h in reversed(history)]
         self.table.value = pd.DataFrame(rows, columns=_COLUMNS)
         self._source.data = _chart_data(history)
-        self.chart.visible = bool(history)
+        self._figure.visible = bool(history)
 
 
 def _chart_data(history: list) -> dict:

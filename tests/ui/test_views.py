@@ -197,10 +197,12 @@ def test_error_view_shows_the_whole_message(state):
 
 def test_history_table_and_chart_follow_the_runs(state):
     view = HistoryView(state)
+    assert not view._figure.visible  # no empty plot before the first run
     state.param.trigger("run")
     state.ops["weighted_sum"].weights = [1, 1, 1]
     assert view.table.value["run"].tolist() == [2, 1]
     assert view._source.data["run"] == [1, 2]
+    assert view._figure.visible
 
 
 def test_tree_list_selects(state):
