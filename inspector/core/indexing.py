@@ -22,7 +22,7 @@ from inspector.core.index_rules import (
     result_size,
     result_spec,
 )
-from inspector.core.leaves import leaf_info
+from inspector.core.leaves import dtype_name, leaf_info
 from inspector.core.op import Op, register
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree, unpacked
@@ -69,7 +69,7 @@ def plan_index(tree, index_tree, device=None) -> Plan:
                 continue
             array = leaf if hasattr(leaf, "shape") else np.asarray(leaf, dtype=dtype)
             dt = jax.dtypes.canonicalize_dtype(dtype)
-            key = ("index", tuple(shape), str(dt), pattern)
+            key = ("index", tuple(shape), dtype_name(dt), pattern)
             args = [array, np.asarray(starts or [0], dtype=np.int32)]
             leaf_slots[full] = len(calls)
             out_bytes = result_size(pattern, shape) * np.dtype(dt).itemsize

@@ -15,7 +15,7 @@ import numpy as np
 from inspector.core import placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, StructureMismatchError, bullet_list
-from inspector.core.leaves import leaf_info
+from inspector.core.leaves import dtype_name, leaf_info
 from inspector.core.op import Op, register
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree, same_layout
@@ -115,7 +115,7 @@ def plan_stack(trees, device=None) -> Plan:
     calls, nbytes = [], 0
     for i, x in enumerate(columns[0]):
         dtype = jax.dtypes.canonicalize_dtype(x.dtype)
-        key = ("stack", k, tuple(x.shape), str(dtype))
+        key = ("stack", k, tuple(x.shape), dtype_name(dtype))
         args = [col[i] for col in columns]
         size = k * math.prod(x.shape) * np.dtype(dtype).itemsize
         sharding = placement.first(args)
@@ -158,7 +158,7 @@ def plan_unstack(tree, device=None) -> Plan:
     calls, nbytes = [], 0
     for x in leaves:
         dtype = jax.dtypes.canonicalize_dtype(x.dtype)
-        key = ("unstack", k, tuple(x.shape), str(dtype))
+        key = ("unstack", k, tuple(x.shape), dtype_name(dtype))
         size = math.prod(x.shape) * np.dtype(dtype).itemsize
         sharding = placement.first([x])
         if sharding is None and worth_donating(size, [x]):  # into k reused buffers
