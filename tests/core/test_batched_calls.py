@@ -4,11 +4,13 @@ leaves write into donated buffers; the values must match NumPy either way."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import inspector
 from inspector.core.out_buffers import DONATE_BYTES, donating
+from inspector.core.plan import _put
 from inspector.core.stacking import plan_stack
 from inspector.core.weighted_sum import plan_weighted_sum
 
@@ -74,3 +76,31 @@ def test_a_plain_result_reuses_the_previous_results_buffer():
         new = inspector.weighted_sum(trees, [1.0, 2.0])
     assert jax.tree.leaves(old)[0].is_deleted()  # its memory now holds the new result
     assert float(new["big"][0]) == float(new["big"][-1]) == 5.0
+
+
+def test_many_numpy_leaves_reach_the_device_with_their_values_copied():
+    # 256 NumPy arrays or more bound for one device go 32 (then 4) at a time through a
+    # compiled copy; the rest (here 3 of each kind) through device_put. float64 becomes
+    # float32 as device_put makes it (x64 is off); bfloat16 and int8 stay.
+    rng = np.random.default_rng(0)
+    kinds = [((3,), np.float32), ((2, 5), np.float64), ((7,), jnp.bfloat16), ((4, 1), np.int8)]
+    arrays = [rng.standard_normal(shape).astype(dtype) for _ in range(71) for shape, dtype in kinds]
+    device = jax.devices()[0]
+    out = _put([(a, device) for a in arrays])
+    for a, b in zip(arrays, out, strict=True):
+        assert isinstance(b, jax.Array) and b.devices() == {device}
+        assert b.dtype == jax.dtypes.canonicalize_dtype(a.dtype) and b.shape == a.shape
+        np.testing.assert_array_equal(np.asarray(b, np.float64), np.asarray(a, b.dtype))
+    before = np.asarray(out[0]).copy()
+    arrays[0][...] = 99  # the caller's array changes; the device's copy does not
+    np.testing.assert_array_equal(np.asarray(out[0]), before)
+
+
+def test_a_plain_weighted_sum_of_many_float64_numpy_leaves():
+    trees = [{f"l{i}": np.full((2, 3), float(i + s), np.float64) for i in range(300)}
+             for s in range(2)]
+    r = inspector.run(inspector.weighted_sum, trees, [1.0, -0.5], repeats=2)
+    for i in (0, 131, 299):
+        leaf = r.result[f"l{i}"]
+        assert leaf.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(leaf), np.full((2, 3), i - 0.5 * (i + 1)))
