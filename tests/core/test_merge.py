@@ -384,3 +384,22 @@ def test_dare_draws_are_uniform_and_independent_across_leaves_and_models():
     for a, b in [(u[0], u[1]), (u[0], other_leaf[0])]:
         assert abs(np.corrcoef(a, b)[0, 1]) < 0.01
         assert abs(np.mean((a < 0.3) & (b < 0.3)) - 0.09) < 0.005
+
+
+@pytest.mark.parametrize("size", [5, 4096, 10_001])
+def test_ties_at_the_kth_magnitude_keep_the_first_in_flat_order(size):
+    import jax.numpy as jnp
+
+    from inspector.core.merge import kernels
+
+    # three magnitudes only: the k-th largest is tied with thousands of others, spread over
+    # several blocks of the two-step cut; exactly k kept, as a stable descending sort picks
+    rng = np.random.default_rng(size)
+    deltas = rng.choice([-2.0, -1.0, 0.5, 1.0, 2.0], (2, size)).astype(np.float32)
+    for ks in ([1, size], [size // 3 + 1, size // 2 + 1], [size, 1]):
+        got = np.asarray(kernels.magnitude(jnp.asarray(deltas), jnp.array(ks, jnp.int32), False))
+        for r, k in enumerate(ks):
+            order = np.argsort(-np.abs(deltas[r]), kind="stable")[:k]
+            want = np.zeros(size, np.float32)
+            want[order] = deltas[r, order]
+            np.testing.assert_array_equal(got[r], want, err_msg=f"row {r}, k {k}")
