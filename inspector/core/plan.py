@@ -393,12 +393,16 @@ def _cache_key(call: Call, device) -> tuple:
     return call.key, device, call.shardings, call.out_shardings
 
 
-def _compile(call: Call, device) -> jax.stages.Compiled:
+def _lower(call: Call, device) -> jax.stages.Lowered:
     abstract = [_abstract(a, call.target(i, device)) for i, a in enumerate(call.args)]
     jitted = jax.jit(call.make(), donate_argnums=call.donate, keep_unused=True,
                      **({} if call.out_shardings is None
                         else {"out_shardings": call.out_shardings}))
-    return jitted.lower(*abstract).compile()
+    return jitted.lower(*abstract)
+
+
+def _compile(call: Call, device) -> jax.stages.Compiled:
+    return _lower(call, device).compile()
 
 
 def _compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
@@ -419,8 +423,10 @@ _WORKERS = max(1, min(8, os.cpu_count() or 1))
 def _compile_missing(calls: list[Call], device) -> int:
     """Compiles the kernels of `calls` not yet cached, several at once; returns how many.
 
-    XLA compiles outside the GIL, so a plain tree's kernels (three per leaf shape) compile
-    side by side, one per core (up to 8). Their compilations count for the calling thread
+    Each kernel is traced and lowered in the calling thread (so JAX's thread-local settings,
+    e.g. `jax.enable_x64` or a dtype-promotion context, apply as they would to `jax.jit`),
+    then XLA compiles them side by side, outside the GIL, one per core (up to 8): a plain
+    tree's kernels, three per leaf shape. Their compilations count for the calling thread
     (`thread_compiles`), as if it had made them."""
     missing: dict[tuple, Call] = {}
     with _LOCK:
@@ -431,14 +437,15 @@ def _compile_missing(calls: list[Call], device) -> int:
     if len(missing) < 2 or _WORKERS < 2:
         return 0  # `_compiled_kernel` compiles it
 
-    def work(call):
+    def work(lowered):
         n, seconds = thread_compiles()
-        compiled = _compile(call, device)
+        compiled = lowered.compile()
         n_after, seconds_after = thread_compiles()
         return compiled, n_after - n, seconds_after - seconds
 
+    lowered = [_lower(call, device) for call in missing.values()]
     with ThreadPoolExecutor(min(_WORKERS, len(missing)), "inspector-compile") as pool:
-        results = list(pool.map(work, missing.values()))
+        results = list(pool.map(work, lowered))
     with _LOCK:
         for key, (compiled, _, _) in zip(missing, results, strict=True):
             _CACHE[key] = compiled

@@ -104,3 +104,16 @@ def test_a_plain_weighted_sum_of_many_float64_numpy_leaves():
         leaf = r.result[f"l{i}"]
         assert leaf.dtype == np.float32
         np.testing.assert_allclose(np.asarray(leaf), np.full((2, 3), i - 0.5 * (i + 1)))
+
+
+def test_kernels_compiled_side_by_side_keep_the_callers_x64_context():
+    # Uncached kernels compile in worker threads; JAX's x64 switch is the caller's
+    # thread-local context, so the kernels are traced in the caller (float64 stays float64).
+    inspector.clear_cache()
+    trees = [{"a": np.full((3,), 1 + 1e-12 * s, np.float64),
+              "b": np.full((2, 2), 2 + 1e-12 * s, np.float64)} for s in range(2)]
+    with jax.enable_x64(True):
+        out = inspector.weighted_sum(trees, [1.0, -1.0])
+        assert out["a"].dtype == out["b"].dtype == np.float64
+        np.testing.assert_allclose(np.asarray(out["a"]), -1e-12, rtol=1e-3)
+        np.testing.assert_allclose(np.asarray(out["b"]), -1e-12, rtol=1e-3)
