@@ -137,12 +137,13 @@ def _first_of_ties(bits, threshold, k):
     index took ~log2(size) passes, 165 ms on 2 x 4e6 here; a running sum over the whole row,
     `jnp.cumsum`, 108 ms.)"""
     tied = bits == threshold[:, None]
-    need = k - count_at_least(bits, threshold + 1)  # ties to keep, after those above
     rows, size = bits.shape
     block = min(_TIE_BLOCK, size)
     blocks = -(-size // block)
     padded = jnp.pad(tied, ((0, 0), (0, blocks * block - size)))
     per_block = jnp.sum(padded.reshape(rows, blocks, block), axis=2, dtype=jnp.int32)
+    # ties to keep, after those above (threshold + 1 could overflow: a NaN's bit pattern)
+    need = k - (count_at_least(bits, threshold) - jnp.sum(per_block, axis=1))
     before = jnp.cumsum(per_block, axis=1) - per_block  # ties in the blocks before each
     last = jnp.clip(jnp.sum(before < need[:, None], axis=1) - 1, 0, blocks - 1)
     start = last * block
