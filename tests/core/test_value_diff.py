@@ -1,6 +1,8 @@
 """`diff(a, b, values=True)`: max |a-b|, relative L2, cosine and fraction changed per leaf,
 against NumPy float64; one kernel per distinct shape; lazy leaves streamed."""
 
+from functools import partial
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -141,3 +143,49 @@ def test_matching_nans_and_infs_in_a_big_leaf_take_the_careful_path():
     assert (clean.max_abs, clean.frac_changed) == (s.max_abs, s.frac_changed)
     assert clean.rel_l2 == pytest.approx(s.rel_l2, rel=1e-5)
     assert clean.cosine == pytest.approx(x @ y / np.linalg.norm(x) / np.linalg.norm(y), abs=1e-6)
+
+
+def test_checkpoint_leaves_aligned_or_not_against_numpy(tmp_path):
+    """Two real safetensors files, tensors at 32 mod 64 in the file as well as at 0 (XLA
+    uses the aligned ones in place, copies the others): the figures equal NumPy float64's."""
+    import safetensors.numpy
+
+    rng = np.random.default_rng(7)
+    shapes = {"a": (3,), "b": (5, 8), "c": (64, 33), "d": (7,), "e": (128, 40)}
+    trees = [{k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+             for _ in range(2)]
+    trees[1]["c"][5:9] = trees[0]["c"][5:9]
+    paths = []
+    for i, t in enumerate(trees):
+        paths.append(str(tmp_path / f"m{i}.safetensors"))
+        safetensors.numpy.save_file(t, paths[-1])
+    lazy = inspector.load(paths[0])
+    offsets = {k: np.asarray(v).ctypes.data % 64 for k, v in lazy.items()}
+    assert 0 in offsets.values() and any(offsets.values())  # both cases occur
+
+    found = {d.path: d for d in inspector.diff(lazy, inspector.load(paths[1]), values=True)}
+    assert len(found) == len(shapes)
+    for k in shapes:
+        want = reference(trees[0][k], trees[1][k], 1e-5, 1e-8)
+        d = found[f"['{k}']"]
+        assert (d.max_abs, d.rel_l2, d.cosine, d.frac_changed) == pytest.approx(want, rel=1e-5)
+
+
+def test_a_leaf_that_fails_to_read_stops_the_diff_with_its_error():
+    """A reader's LoadError reaches the caller, and no leaf after the failing one is read."""
+    a, b = tree(5, n=100), tree(6, n=100)
+    reads = []
+
+    def lazy(t, name):
+        def reader(v, p):
+            if p == ("b", "layer40", "w"):  # pair 71 of 200 (keys in sorted order)
+                raise inspector.LoadError("b.safetensors: truncated at ['layer40']['w']")
+            reads.append(p)
+            return v
+
+        return {k: {n: LazyArray(v.shape, v.dtype, partial(reader, v, (name, k, n)))
+                    for n, v in sub.items()} for k, sub in t.items()}
+
+    with pytest.raises(inspector.LoadError, match=r"truncated at \['layer40'\]\['w'\]"):
+        inspector.diff(lazy(a, "a"), lazy(b, "b"), values=True)
+    assert len(reads) == 2 * 71 + 1  # pairs 0-70, and the first tree's leaf of pair 71
