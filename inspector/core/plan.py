@@ -231,6 +231,8 @@ class Plan:
                 flat = [a for i in step for a in self.calls[i].args]
                 for i, out in zip(step, compiled(*flat), strict=True):
                     outputs[i] = out
+                    if self.calls[i].carry:
+                        _carry(self.calls[i], out)
                 continue
             i = step[0]
             call = self.calls[i]
@@ -254,10 +256,7 @@ class Plan:
             if lazy:
                 streaming.append(out)
             if head is not None and head.carry:
-                if isinstance(out, tuple | list):
-                    head.args[: len(out)] = out
-                else:
-                    head.args[0] = out
+                _carry(head, out)
             outputs[i] = out
         return self.assemble(outputs)
 
@@ -340,11 +339,20 @@ def _needs_move(arg, target) -> bool:
 _BATCH_SIZES = (32, 4)  # calls per batched kernel: few sizes, so few compilations per key
 
 
+def _carry(call: Call, out) -> None:
+    """The output of a carried call replaces its first argument(s): the next run writes into
+    the same buffer(s)."""
+    if isinstance(out, tuple | list):
+        call.args[: len(out)] = out
+    else:
+        call.args[0] = out
+
+
 def _batchable(call: Call) -> bool:
     """Whether a call may run inside a batch: it reads placed arrays only (lazy leaves stream
-    one by one), writes a fresh output (no donation, no carry) and is not sharded."""
-    return not (call.donate or call.carry or call.chain or call.shardings is not None
-                or call.out_shardings is not None
+    one by one), is not part of a chain and is not sharded. Donated and carried outputs batch
+    too (each member keeps its own buffer)."""
+    return not (call.chain or call.shardings is not None or call.out_shardings is not None
                 or any(isinstance(a, LazyArray) for a in call.args))
 
 
@@ -379,7 +387,9 @@ def _batch_call(calls: list[Call]) -> Call:
         kernel = make()
         return lambda *flat: tuple(kernel(*flat[i * arity:(i + 1) * arity]) for i in range(n))
 
-    return Call(("batch", n, calls[0].key), make_batch, [a for c in calls for a in c.args])
+    donate = tuple(i * arity + d for i in range(n) for d in calls[0].donate)
+    return Call(("batch", n, calls[0].key), make_batch, [a for c in calls for a in c.args],
+                donate=donate)
 
 
 def _abstract(arg, target):

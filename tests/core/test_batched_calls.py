@@ -117,3 +117,26 @@ def test_kernels_compiled_side_by_side_keep_the_callers_x64_context():
         assert out["a"].dtype == out["b"].dtype == np.float64
         np.testing.assert_allclose(np.asarray(out["a"]), -1e-12, rtol=1e-3)
         np.testing.assert_allclose(np.asarray(out["b"]), -1e-12, rtol=1e-3)
+
+
+def test_large_leaves_of_one_shape_run_batched_each_into_its_own_buffer():
+    """Five 1 MiB leaves of one shape: one batch of 4 and a single, each member donating and
+    carrying its own output buffer through the timed repeats; every result keeps its values."""
+    n = DONATE_BYTES // 4
+    rng = np.random.default_rng(3)
+    trees = [{f"big{i}": rng.standard_normal(n).astype(np.float32) for i in range(5)}
+             for _ in range(3)]
+    weights = [0.5, -1.0, 2.0]
+    r = inspector.run(inspector.weighted_sum, trees, weights, repeats=4)
+    assert r.n_kernels == 2  # 4 + 1
+    results = [r.result[f"big{i}"] for i in range(5)]
+    assert len({x.unsafe_buffer_pointer() for x in results}) == 5  # no two share a buffer
+    for i, x in enumerate(results):
+        ref = sum(w * t[f"big{i}"].astype(np.float64) for w, t in zip(weights, trees, strict=True))
+        np.testing.assert_allclose(np.asarray(x, np.float64), ref, rtol=1e-6, atol=1e-6)
+    stacked = inspector.run(inspector.stack, trees, repeats=3)
+    assert stacked.n_kernels == 2
+    back = inspector.run(inspector.unstack, stacked.result, repeats=3)
+    for t, u in zip(trees, back.result, strict=True):
+        for key in t:
+            np.testing.assert_array_equal(np.asarray(u[key]), t[key])
