@@ -157,6 +157,23 @@ def new_state(defaults: bool = True, background: bool = True, trees=(),
     return state
 
 
+def _stop_following_busy(page: pmui.Page) -> None:
+    """Removes the watcher a Page puts on the process-wide `pn.state.busy` for its `busy` ref.
+
+    Setting `page.busy` drops the ref but not that watcher (param 2.x): every callback of
+    every session still ran each open page's ref sync (`Parameters.values()` of the whole
+    Page, ~20% of a 20-session server's time in `bench_sessions.py`), and `pn.state` kept
+    every page ever built, and its session, alive."""
+    private = getattr(page, "_param__private", None)
+    watchers = getattr(private, "ref_watchers", None)
+    if not isinstance(watchers, list):
+        return  # another param: nothing known to remove
+    for names, watcher in list(watchers):
+        if names == ("busy",) and watcher.inst is pn.state:
+            pn.state.param.unwatch(watcher)
+            watchers.remove((names, watcher))
+
+
 def create_app(state: InspectorState | None = None, defaults: bool = True,
                background: bool = True, trees=(), root=None, hosts=None,
                remote_prefixes: list[str] | None | str = FROM_ENV) -> pmui.Page:
@@ -197,6 +214,7 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
         # toggle was sent to every open page and walked its whole model (20 sessions: 3,360
         # updates, half the server's time). The operation card shows this session's progress.
         page.busy = False
+    _stop_following_busy(page)
     page.header = [follow_browser_theme()]
     page.inspector = app  # for tests and the benchmark: the views of this session
     return page

@@ -233,6 +233,24 @@ def test_a_page_does_not_follow_the_busy_flag_every_session_shares():
             pn.state.busy = False
 
 
+def test_a_page_neither_follows_the_process_wide_busy_flag_nor_outlives_its_session():
+    """Each session's Page watched `pn.state.busy` (flipped by every callback of every
+    session) even after the app stopped following it: the watchers piled up on `pn.state`
+    and kept every page ever built alive."""
+    import gc
+    import weakref
+
+    def busy_watchers():
+        return len(pn.state._param__private.watchers.get("busy", {}).get("value", []))
+
+    before = busy_watchers()
+    pages = [create_app(background=False, defaults=False, root="") for _ in range(3)]
+    assert busy_watchers() == before
+    ref = weakref.ref(pages[0])
+    del pages
+    gc.collect()
+    assert ref() is None
+
 def test_opening_a_range_closes_the_ranges_beside_it(state):
     _load_transformer(state)
     view = TreeView(state)
@@ -269,3 +287,4 @@ def test_app_for_the_command_line_lists_its_trees_and_a_file_picker(tmp_path):
     app = page.inspector
     assert list(app.state.trees) == ["model.npz"] and app.state.selected == "model.npz"
     assert app.files.picker is not None and app.state.file_root == str(tmp_path)
+
