@@ -205,6 +205,11 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         # The browser session ended: release its working set, result and trees at once.
         pn.state.on_session_destroyed(lambda context: state.close())
+        # A finished job's view updates go out as one message: Bokeh serialises each message
+        # with a reference to every model of the page, and a run touched ~20 properties, each
+        # sent alone (views with column data follow on the next tick: `ui/next_tick.py`).
+        doc = pn.state.curdoc
+        state.updates_together = lambda: pn.io.hold(doc)
         if hosts is None:  # several hosts: followers mirror each session; keep Bokeh's pace
             expire_when_closed(pn.state.curdoc)
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320,

@@ -10,6 +10,7 @@ from bokeh.models import ColumnDataSource, FactorRange, NumeralTickFormatter
 from bokeh.plotting import figure
 
 import inspector
+from inspector.ui.next_tick import next_tick
 
 SERIES = ("selected tree", "result")
 _COLORS = ("#1976d2", "#ef6c00")
@@ -46,7 +47,7 @@ class DeviceMapView(pn.viewable.Viewer):
         self.figure.legend.location = "top_left"
         self.figure.grid.grid_line_alpha = 0.3
         self._pane = pn.pane.Bokeh(self.figure, sizing_mode="stretch_width")
-        state.param.watch(self._update, ["selected", "trees", "result"])
+        state.param.watch(next_tick(self._update), ["selected", "trees", "result"])
         self._update()
 
     def __panel__(self):

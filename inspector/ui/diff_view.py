@@ -17,6 +17,7 @@ from bokeh.plotting import figure
 
 from inspector.ui.layout import columns
 from inspector.ui.lazy_tree import LazyTree
+from inspector.ui.next_tick import next_tick
 from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, KINDS
 from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
 from inspector.ui.session.tree_index import ROOT_ID
@@ -142,7 +143,7 @@ class DiffLeafView(pn.viewable.Viewer):
         self._plots = pmui.Column(sizing_mode="stretch_width", margin=0, visible=False)
         self._view = state.tree_views["diff"]
         state.param.watch(self._update, ["diff_result", "diff_values", "busy"])
-        state.param.watch(self._update_histograms, ["diff_histograms"])
+        state.param.watch(next_tick(self._update_histograms), ["diff_histograms"])
         self._view.param.watch(self._update, "path")
         self._view.param.watch(self._update_histograms, "path")
         self._update()
@@ -231,7 +232,7 @@ class DiffValuesView(pn.viewable.Viewer):
         # Determinate while the value diff reports how far it is (it streams lazy leaves)
         self.progress = pmui.LinearProgress(variant="determinate", value=0, visible=False,
                                             sizing_mode="stretch_width", margin=(0, 10))
-        state.param.watch(self._update, ["diff_table", "diff_result"])
+        state.param.watch(next_tick(self._update), ["diff_table", "diff_result"])
         state.param.watch(self._update_progress, ["busy", "progress", "status"])
         self._update()
 

@@ -9,6 +9,7 @@ from bokeh.models import BasicTicker, ColumnDataSource, HoverTool
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from inspector.ui.next_tick import next_tick
 from inspector.ui.session.op_settings import settings_classes
 from inspector.ui.session.records import RunRecord
 
@@ -51,7 +52,7 @@ class HistoryView(pn.viewable.Viewer):
         # itself is hidden: a hidden Bokeh pane still drew an empty 190 px plot.
         self._figure = fig
         self.chart = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
-        state.param.watch(self.refresh, "history")
+        state.param.watch(next_tick(self.refresh), "history")
         self.refresh()
 
     def __panel__(self):

@@ -14,6 +14,7 @@ import param
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
+from inspector.ui.next_tick import next_tick
 from inspector.ui.session.formatting import MONO, human_bytes, shape_text
 from inspector.ui.session.leaf_numbers import histogram, leaf_array, leaf_stats
 
@@ -50,7 +51,7 @@ class LeafStatsView(pn.viewable.Viewer):
                                    self._summary, sizing_mode="stretch_width", visible=False)
         self._view = state.tree_views[self.source]
         self._view.param.watch(self._update, "path")
-        state.param.watch(self._update, ["selected", "result", "trees"])
+        state.param.watch(next_tick(self._update), ["selected", "result", "trees"])
         self._update()
 
     def __panel__(self):

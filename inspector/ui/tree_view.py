@@ -14,6 +14,7 @@ import param
 
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.leaf_stats_view import LeafStatsView
+from inspector.ui.next_tick import next_tick
 from inspector.ui.session.formatting import plural, totals_text
 from inspector.ui.session.leaf_numbers import short_values
 
@@ -50,7 +51,7 @@ class LeafTableView(pn.viewable.Viewer):
         self.search = pmui.Row(self._search, self._regex, sizing_mode="stretch_width", margin=0)
         self.results = pmui.Column(self._count, self._table, sizing_mode="stretch_width",
                                    margin=0)
-        state.param.watch(self._update, ["search_regex", "selected", "result", "trees"])
+        state.param.watch(next_tick(self._update), ["search_regex", "selected", "result", "trees"])
         self._view.param.watch(self._update, "search")
         self._update()
 

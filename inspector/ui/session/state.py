@@ -9,10 +9,13 @@ thread when `background` is on (the served app), synchronously otherwise (tests,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import param
 
@@ -154,6 +157,9 @@ class InspectorState(param.Parameterized):
         self.runs = HeldRuns()  # the working set: trees read once, held packed, reused
         self.hosts = None  # the `hosts.Leader` when served from several hosts
         self.session_id = 0
+        # What a finished job's view updates run inside: the served app holds the page's
+        # document there, so they reach the browser as one message, not one per change.
+        self.updates_together: Callable[[], AbstractContextManager] = contextlib.nullcontext
         self._progress_shown = 0.0
         self.ops = {name: cls() for name, cls in settings_classes().items()}
         self.param.op.objects = list(self.ops)  # ops registered after this module loaded too
@@ -649,8 +655,9 @@ class InspectorState(param.Parameterized):
         out, exc = await asyncio.to_thread(_call, work)
 
         async def finish():
-            self._complete(done, out, exc)
-            self._next()
+            with self.updates_together():
+                self._complete(done, out, exc)
+                self._next()
 
         # Views update Bokeh models directly (chart sources), which needs the document lock:
         # `lock = True` is what `panel.io.with_lock` sets, and Panel's executor honours it.
