@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import html
+
 import panel as pn
 import panel_material_ui as pmui
 from bokeh.models import BasicTicker, ColumnDataSource, HoverTool
@@ -23,15 +24,12 @@ class HistoryView(pn.viewable.Viewer):
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self.table = pn.widgets.Tabulator(
-            value=pd.DataFrame(columns=_COLUMNS), show_index=False, disabled=True,
-            pagination="local", page_size=8, sizing_mode="stretch_width", layout="fit_data",
-            formatters={c: {"type": "money", "precision": 3, "symbol": ""}
-                        for c in ("compile_ms", "median_ms", "min_ms", "max_ms", "gbps",
-                                  "eager_ms")},
-            titles={"compile_ms": "compile ms", "median_ms": "median ms", "min_ms": "min ms",
-                    "max_ms": "max ms", "gbps": "GB/s", "eager_ms": "eager ms"},
-        )
+        # A plain HTML table: one text property per update. A Tabulator sent its data (as
+        # binary buffers), its style and its columns as three messages at every run, each
+        # serialised with a reference to every model of the page: the largest server cost left
+        # per run with 20 sessions open (`bench_sessions.py`).
+        self.table = pn.pane.HTML(_table_html([]), sizing_mode="stretch_width",
+                                  stylesheets=[_TABLE_CSS], margin=(5, 10))
         self._source = ColumnDataSource(data=_chart_data([]))
         fig = figure(height=190, sizing_mode="stretch_width", y_axis_type="log",
                      toolbar_location=None, tools="", x_axis_label="run",
@@ -52,7 +50,7 @@ class HistoryView(pn.viewable.Viewer):
         # itself is hidden: a hidden Bokeh pane still drew an empty 190 px plot.
         self._figure = fig
         self.chart = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
-        state.param.watch(next_tick(self.refresh), "history")
+        state.param.watch(next_tick(self.refresh), "history")  # the chart's column data
         self.refresh()
 
     def __panel__(self):
@@ -61,10 +59,41 @@ class HistoryView(pn.viewable.Viewer):
     def refresh(self, *_):
         """Shows the state's history (the table newest first, the chart oldest first)."""
         history = self._state.history
-        rows = [h.row() for h in reversed(history)]
-        self.table.value = pd.DataFrame(rows, columns=_COLUMNS)
+        self.table.object = _table_html([h.row() for h in reversed(history)])
         self._source.data = _chart_data(history)
         self._figure.visible = bool(history)
+
+
+_TITLES = {"compile_ms": "compile ms", "median_ms": "median ms", "min_ms": "min ms",
+           "max_ms": "max ms", "gbps": "GB/s", "eager_ms": "eager ms"}
+_DECIMALS = {"compile_ms", "median_ms", "min_ms", "max_ms", "gbps", "eager_ms"}
+_TABLE_CSS = """
+.run-history { max-height: 264px; overflow: auto; }
+.run-history table { border-collapse: collapse; width: 100%; font-size: 12.5px; }
+.run-history th, .run-history td { padding: 3px 8px; white-space: nowrap; text-align: right;
+  border-bottom: 1px solid rgba(127, 127, 127, 0.25); }
+.run-history th { position: sticky; top: 0; font-weight: 500;
+  background: var(--mui-palette-background-paper, #fff); }
+.run-history .text { text-align: left; }
+"""
+
+
+def _table_html(rows: list[dict]) -> str:
+    """Every run as a row, the columns of `RunRecord.row` (times with 3 decimals)."""
+    def cell(column: str, value) -> str:
+        if value is None:
+            return '<td></td>'
+        if column in _DECIMALS:
+            return f"<td>{value:,.3f}</td>"
+        if isinstance(value, int | float):
+            return f"<td>{value}</td>"
+        return f'<td class="text">{html.escape(str(value))}</td>'
+
+    head = "".join(f'<th class="{"" if c in _DECIMALS or c in ("run", "compiled") else "text"}">'
+                   f"{_TITLES.get(c, c)}</th>" for c in _COLUMNS)
+    body = "".join("<tr>" + "".join(cell(c, row[c]) for c in _COLUMNS) + "</tr>" for row in rows)
+    return (f'<div class="run-history"><table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _chart_data(history: list) -> dict:

@@ -2,11 +2,12 @@
 
 A finished job's view updates are sent to the browser as one held message
 (`InspectorState.updates_together`; each message costs Bokeh a reference to every model of
-the page). Column data (a Tabulator's or a figure's `ColumnDataSource`) goes out as binary
-buffers, and such a message written from the held batch failed to decode in the launcher's
-page ("Offset is outside the bounds of the DataView": the rest of that update, the run status
-included, was lost). The views whose updates carry column data therefore update just after
-the held batch, in their own message. Not served (tests, a notebook), they update at once.
+the page). Column data (a Tabulator's or a figure's `ColumnDataSource` of NumPy arrays) goes
+out as binary buffers, and a held message with buffers failed to decode in the launcher's page
+("Offset is outside the bounds of the DataView"; one buffer was enough): the rest of that
+update, the run status included, was lost. The views whose updates carry such data therefore
+update just after the held batch, in their own message. Not served (tests, a notebook), they
+update at once. (The run history is an HTML table for this reason: it stays in the batch.)
 """
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ def _parts(page) -> dict:
         "operation form": panels.nth(1),
         "timing": page.locator(".timing-card").first,
         "code": panels.nth(2).locator("textarea").first,
-        "history table": panels.nth(2).locator(".tabulator").last,
+        "history table": panels.nth(2).locator(".run-history").last,
         "sidebar": page.get_by_text("Loaded trees", exact=True).locator(".."),
     }
 
