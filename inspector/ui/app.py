@@ -158,12 +158,16 @@ def new_state(defaults: bool = True, background: bool = True, trees=(),
 
 
 def _stop_following_busy(page: pmui.Page) -> None:
-    """Removes the watcher a Page puts on the process-wide `pn.state.busy` for its `busy` ref.
+    """Unbinds a Page from the process-wide `pn.state.busy`, which every callback of every
+    session toggles.
 
-    Setting `page.busy` drops the ref but not that watcher (param 2.x): every callback of
-    every session still ran each open page's ref sync (`Parameters.values()` of the whole
-    Page, ~20% of a 20-session server's time in `bench_sessions.py`), and `pn.state` kept
-    every page ever built, and its session, alive."""
+    Bound, each toggle was sent to every open page and walked its whole model (20 sessions:
+    3,360 updates, half the server's time); the operation card shows this session's progress
+    instead. Setting `page.busy` drops the ref but not the watcher behind it (param 2.x):
+    every callback still ran each open page's ref sync (`Parameters.values()` of the whole
+    Page), and `pn.state` kept every page ever built, and its session, alive."""
+    with edit_readonly(page):
+        page.busy = False
     private = getattr(page, "_param__private", None)
     watchers = getattr(private, "ref_watchers", None)
     if not isinstance(watchers, list):
@@ -214,11 +218,6 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
             expire_when_closed(pn.state.curdoc)
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320,
                      busy_indicator=None, theme_config=PAGE_THEME)
-    with edit_readonly(page):
-        # A Page follows `pn.state.busy`, which every session's every callback toggles: each
-        # toggle was sent to every open page and walked its whole model (20 sessions: 3,360
-        # updates, half the server's time). The operation card shows this session's progress.
-        page.busy = False
     _stop_following_busy(page)
     page.header = [follow_browser_theme()]
     page.inspector = app  # for tests and the benchmark: the views of this session

@@ -66,7 +66,8 @@ class HistoryView(pn.viewable.Viewer):
 
 _TITLES = {"compile_ms": "compile ms", "median_ms": "median ms", "min_ms": "min ms",
            "max_ms": "max ms", "gbps": "GB/s", "eager_ms": "eager ms"}
-_DECIMALS = {"compile_ms", "median_ms", "min_ms", "max_ms", "gbps", "eager_ms"}
+_DECIMALS = set(_TITLES)  # the times and GB/s: shown with 3 decimals
+_NUMBERS = _DECIMALS | {"run", "compiled"}  # right-aligned
 _TABLE_CSS = """
 .run-history { max-height: 264px; overflow: auto; }
 .run-history table { border-collapse: collapse; width: 100%; font-size: 12.5px; }
@@ -82,15 +83,15 @@ def _table_html(rows: list[dict]) -> str:
     """Every run as a row, the columns of `RunRecord.row` (times with 3 decimals)."""
     def cell(column: str, value) -> str:
         if value is None:
-            return '<td></td>'
+            return "<td></td>"
         if column in _DECIMALS:
             return f"<td>{value:,.3f}</td>"
-        if isinstance(value, int | float):
+        if column in _NUMBERS:
             return f"<td>{value}</td>"
         return f'<td class="text">{html.escape(str(value))}</td>'
 
-    head = "".join(f'<th class="{"" if c in _DECIMALS or c in ("run", "compiled") else "text"}">'
-                   f"{_TITLES.get(c, c)}</th>" for c in _COLUMNS)
+    head = "".join(f'<th class="{"" if c in _NUMBERS else "text"}">{_TITLES.get(c, c)}</th>'
+                   for c in _COLUMNS)
     body = "".join("<tr>" + "".join(cell(c, row[c]) for c in _COLUMNS) + "</tr>" for row in rows)
     return (f'<div class="run-history"><table><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table></div>")

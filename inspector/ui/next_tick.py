@@ -7,7 +7,7 @@ out as binary buffers, and a held message with buffers failed to decode in the l
 ("Offset is outside the bounds of the DataView"; one buffer was enough): the rest of that
 update, the run status included, was lost. The views whose updates carry such data therefore
 update just after the held batch, in their own message. Not served (tests, a notebook), they
-update at once. (The run history is an HTML table for this reason: it stays in the batch.)
+update at once.
 """
 
 from __future__ import annotations

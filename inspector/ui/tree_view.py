@@ -203,4 +203,3 @@ class TreeView(pn.viewable.Viewer):
     def shown_ids(self) -> list[str]:
         """Ids of every item the widget holds (placeholders included)."""
         return self.lazy.shown_ids()
-

@@ -252,6 +252,7 @@ def test_a_page_neither_follows_the_process_wide_busy_flag_nor_outlives_its_sess
     gc.collect()
     assert ref() is None
 
+
 def test_opening_a_range_closes_the_ranges_beside_it(state):
     _load_transformer(state)
     view = TreeView(state)
@@ -288,4 +289,3 @@ def test_app_for_the_command_line_lists_its_trees_and_a_file_picker(tmp_path):
     app = page.inspector
     assert list(app.state.trees) == ["model.npz"] and app.state.selected == "model.npz"
     assert app.files.picker is not None and app.state.file_root == str(tmp_path)
-
