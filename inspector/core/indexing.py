@@ -94,12 +94,14 @@ def plan_index(tree, index_tree, device=None) -> Plan:
     if problems:
         raise_misfits(problems, kinds)
 
-    def assemble(outputs):
-        def pick(path, leaf):
-            where = leaf_slots.get(jax.tree_util.keystr(path), None)
-            return leaf if where is None else outputs[where]
+    # Where each leaf of the result comes from, found once (not at every timed execution)
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(source)
+    slots = [leaf_slots.get(jax.tree_util.keystr(path)) for path, _ in with_paths]
+    kept = [leaf for _, leaf in with_paths]
 
-        return jax.tree_util.tree_map_with_path(pick, source)
+    def assemble(outputs):
+        return treedef.unflatten([leaf if where is None else outputs[where]
+                                  for leaf, where in zip(kept, slots, strict=True)])
 
     return Plan("index", device, calls, assemble, read, written)
 

@@ -11,6 +11,7 @@ new result lands in the old one's memory. The caller must not use the given buff
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -23,12 +24,14 @@ from inspector.core.lazy import LazyArray
 
 _POOL = threading.local()  # per thread: an op plans and runs in the thread that asked
 
-DONATE_BYTES = 1 << 20
+DONATE_BYTES = 1 << 16
 """Outputs of a leaf this large are written into a donated buffer on plain (unpacked) trees
 too: fresh ones fault on first touch here well below XLA's 32 MiB (a plain stack of 5.5 MB
-leaves ran at 3.5 GB/s). Measured on 1.4-5.5 MB leaves held on the device, a weighted sum of
-two ran at 20 GB/s with 4 MiB here, 25 GB/s with 1 MiB and 256 KiB; smaller outputs run in
-batches instead (see `plan._schedule`), where a kernel call would cost more than the faults."""
+leaves ran at 3.5 GB/s; a batch of sixteen fresh 0.28 MB outputs at 8 GB/s). Donated calls
+batch like the others, so the bar is low: on a 1e7-parameter transformer-like tree (leaves of
+0.07-1.1 MB, two models), the weighted sum ran at 0.82-0.87 of the reference copy with 64 KiB,
+0.77-0.83 with 256 KiB and 0.56-0.62 with 1 MiB (interleaved runs of
+`benchmarks/bench_ops.py`'s case, 2026-11-25). Smaller outputs (biases, norms) are fresh."""
 
 
 @contextmanager
@@ -45,7 +48,11 @@ def donating(buffers: Iterable[jax.Array]) -> Iterator[None]:
     ([3.0, 3.0, 3.0, 3.0], True)
     """
     previous = getattr(_POOL, "buffers", None)
-    _POOL.buffers = [b for b in buffers if isinstance(b, jax.Array) and not b.is_deleted()]
+    pool: dict[tuple, list[jax.Array]] = {}  # by (shape, dtype): a tree's leaves, found at once
+    for b in buffers:
+        if isinstance(b, jax.Array) and not b.is_deleted():
+            pool.setdefault((b.shape, np.dtype(b.dtype)), []).append(b)
+    _POOL.buffers = pool
     try:
         yield
     finally:
@@ -63,11 +70,12 @@ def output_buffer(shape: tuple[int, ...], dtype, where) -> jax.Array:
     """Returns a buffer for an output of `shape` and `dtype` on `where` (a device or a
     sharding) to donate to a kernel: a matching one given to `donating`, else zeros."""
     shape, dtype = tuple(shape), np.dtype(dtype)
-    pool = getattr(_POOL, "buffers", None) or []
+    pool = (getattr(_POOL, "buffers", None) or {}).get((shape, dtype), [])
     for i, buffer in enumerate(pool):
-        if buffer.shape == shape and buffer.dtype == dtype and _placed(buffer, where) \
-                and not buffer.is_deleted():
+        if _placed(buffer, where) and not buffer.is_deleted():
             return pool.pop(i)
+    if isinstance(where, jax.Device) and math.prod(shape) * dtype.itemsize < FILL_BYTES:
+        return jax.device_put(np.zeros(shape, dtype), where)  # a copy: never NumPy's memory
     return _zeros(shape, dtype, where)()
 
 
@@ -75,6 +83,12 @@ def _placed(buffer: jax.Array, where) -> bool:
     if isinstance(where, jax.Device):
         return buffer.sharding.device_set == {where}
     return buffer.sharding.is_equivalent_to(where, buffer.ndim)
+
+
+FILL_BYTES = 1 << 22
+"""Zeros for an output smaller than this are a copy of NumPy zeros: a compiled fill costs
+~30 ms of compilation per shape here (most of a plain tree's first call, with a shape per
+leaf); larger ones are filled where they live (no host copy, no host memory)."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -336,7 +336,8 @@ def _needs_move(arg, target) -> bool:
     return not arg.sharding.is_equivalent_to(target, arg.ndim)
 
 
-_BATCH_SIZES = (32, 4)  # calls per batched kernel: few sizes, so few compilations per key
+_BATCH = 32
+"""Calls per batched kernel; a key's last batch takes the calls left over (fewer)."""
 
 
 def _carry(call: Call, out) -> None:
@@ -358,10 +359,10 @@ def _batchable(call: Call) -> bool:
 
 def _schedule(calls: list[Call]) -> list[list[int]]:
     """The order calls run in: lists of call indices, one kernel each. Batchable calls of one
-    key go in batches of 32, then 4, then one by one (a 10,000-leaf plain tree makes ~300
-    dispatches instead of 10,000, ~0.1 ms each here, with at most three kernels per key to
-    compile); the others run alone, in order (a chain's head stays alone: its next call reads
-    its output)."""
+    key go in batches of `_BATCH`; those left over, of every key, share batches of up to
+    `_BATCH` (a 10,000-leaf plain tree makes ~300 dispatches instead of 10,000, ~0.1 ms each
+    here, with one kernel per key and a few shared ones to compile); the others run alone, in
+    order (a chain's head stays alone: its next call reads its output)."""
     steps, groups = [], {}
     for i, call in enumerate(calls):
         feeds_chain = i + 1 < len(calls) and calls[i + 1].chain
@@ -369,27 +370,34 @@ def _schedule(calls: list[Call]) -> list[list[int]]:
             groups.setdefault(call.key, []).append(i)
         else:
             steps.append([i])
+    rest = []
     for members in groups.values():
-        start = 0
-        for size in _BATCH_SIZES:
-            while len(members) - start >= size:
-                steps.append(members[start:start + size])
-                start += size
-        steps.extend([i] for i in members[start:])
+        full = len(members) - len(members) % _BATCH
+        steps.extend(members[start:start + _BATCH] for start in range(0, full, _BATCH))
+        rest.extend(members[full:])
+    rest.sort()
+    steps.extend(rest[start:start + _BATCH] for start in range(0, len(rest), _BATCH))
     return sorted(steps, key=lambda step: step[0])
 
 
 def _batch_call(calls: list[Call]) -> Call:
-    """One call running `calls` (same key, independent) as a single kernel."""
-    n, arity, make = len(calls), len(calls[0].args), calls[0].make
+    """One call running `calls` (independent; of one key or of several) as a single kernel."""
+    makes = [call.make for call in calls]
+    ends = np.cumsum([len(call.args) for call in calls]).tolist()
+    starts = [0, *ends[:-1]]
 
     def make_batch():
-        kernel = make()
-        return lambda *flat: tuple(kernel(*flat[i * arity:(i + 1) * arity]) for i in range(n))
+        kernels = [make() for make in makes]
+        return lambda *flat: tuple(kernel(*flat[start:end])
+                                   for kernel, start, end in zip(kernels, starts, ends,
+                                                                 strict=True))
 
-    donate = tuple(i * arity + d for i in range(n) for d in calls[0].donate)
-    return Call(("batch", n, calls[0].key), make_batch, [a for c in calls for a in c.args],
-                donate=donate)
+    keys = [call.key for call in calls]
+    key = ("batch", len(calls), keys[0]) if keys.count(keys[0]) == len(keys) \
+        else ("batch", tuple(keys))
+    donate = tuple(start + d for call, start in zip(calls, starts, strict=True)
+                   for d in call.donate)
+    return Call(key, make_batch, [a for call in calls for a in call.args], donate=donate)
 
 
 def _abstract(arg, target):

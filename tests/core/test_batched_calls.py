@@ -16,7 +16,7 @@ from inspector.core.weighted_sum import plan_weighted_sum
 
 
 def many(seed: int, n: int = 41) -> dict:
-    """`n` leaves of one shape and `n` of another: batches of 32, 4 and singles."""
+    """`n` leaves of one shape and `n` of another: a batch of 32 of each and one of the rest."""
     rng = np.random.default_rng(seed)
     return {f"l{i:02d}": {"w": rng.standard_normal((3, 5)).astype(np.float32),
                           "b": rng.integers(-9, 9, (7,)).astype(np.int32)} for i in range(n)}
@@ -25,8 +25,8 @@ def many(seed: int, n: int = 41) -> dict:
 def test_batched_calls_give_every_leaf_its_own_result():
     trees = [many(s) for s in range(3)]
     r = inspector.run(inspector.weighted_sum, trees, [0.5, -2.0, 1.0], repeats=2)
-    # per shape 41 = 32 + 2 * 4 + 1: four kernel calls, two shapes
-    assert r.n_kernels == 8
+    # per shape 41 = 32 + 9: a batch of 32 each, and the 9 + 9 left share one batch
+    assert r.n_kernels == 3
     for key in trees[0]:
         for leaf in ("w", "b"):
             ref = sum(w * np.asarray(t[key][leaf], np.float64)
@@ -120,17 +120,18 @@ def test_kernels_compiled_side_by_side_keep_the_callers_x64_context():
 
 
 def test_large_leaves_of_one_shape_run_batched_each_into_its_own_buffer():
-    """Five 1 MiB leaves of one shape: one batch of 4 and a single, each member donating and
-    carrying its own output buffer through the timed repeats; every result keeps its values."""
+    """33 leaves of one shape, each as large as donated outputs get: a batch of 32 and a single,
+    each member donating and carrying its own output buffer through the timed repeats; every
+    result keeps its values."""
     n = DONATE_BYTES // 4
     rng = np.random.default_rng(3)
-    trees = [{f"big{i}": rng.standard_normal(n).astype(np.float32) for i in range(5)}
+    trees = [{f"big{i}": rng.standard_normal(n).astype(np.float32) for i in range(33)}
              for _ in range(3)]
     weights = [0.5, -1.0, 2.0]
     r = inspector.run(inspector.weighted_sum, trees, weights, repeats=4)
-    assert r.n_kernels == 2  # 4 + 1
-    results = [r.result[f"big{i}"] for i in range(5)]
-    assert len({x.unsafe_buffer_pointer() for x in results}) == 5  # no two share a buffer
+    assert r.n_kernels == 2  # 32 + 1
+    results = [r.result[f"big{i}"] for i in range(33)]
+    assert len({x.unsafe_buffer_pointer() for x in results}) == 33  # no two share a buffer
     for i, x in enumerate(results):
         ref = sum(w * t[f"big{i}"].astype(np.float64) for w, t in zip(weights, trees, strict=True))
         np.testing.assert_allclose(np.asarray(x, np.float64), ref, rtol=1e-6, atol=1e-6)
@@ -140,3 +141,41 @@ def test_large_leaves_of_one_shape_run_batched_each_into_its_own_buffer():
     for t, u in zip(trees, back.result, strict=True):
         for key in t:
             np.testing.assert_array_equal(np.asarray(u[key]), t[key])
+
+
+def test_calls_of_different_shapes_left_over_share_one_kernel():
+    """Leaves of five shapes (two donating their outputs, three small; an int leaf among
+    them): too few of each for a batch of their own, they run in one kernel, each into its own
+    buffer, through timed repeats; stack, unstack and index too."""
+    n = DONATE_BYTES // 4
+    rng = np.random.default_rng(5)
+
+    def tree():
+        return {"big": rng.standard_normal(n).astype(np.float32),
+                "big2": rng.standard_normal((2, n // 2)).astype(np.float32),
+                "w": rng.standard_normal((3, 5)).astype(np.float32),
+                "b": rng.integers(-9, 9, (7,)).astype(np.int32),
+                "s": np.float32(rng.standard_normal())}
+
+    trees = [tree() for _ in range(3)]
+    weights = [0.5, -1.0, 2.0]
+    # leaves in key order: b, big, big2, s, w
+    assert [c.donate for c in plan_weighted_sum(trees, weights).calls] == [(), (0,), (0,), (),
+                                                                           ()]
+    r = inspector.run(inspector.weighted_sum, trees, weights, repeats=3)
+    assert r.n_kernels == 1
+    assert len({x.unsafe_buffer_pointer() for x in jax.tree.leaves(r.result)}) == 5
+    for key in trees[0]:
+        ref = sum(w * np.asarray(t[key], np.float64) for w, t in zip(weights, trees, strict=True))
+        np.testing.assert_allclose(np.asarray(r.result[key], np.float64), ref, rtol=1e-5,
+                                   atol=1e-5)
+    stacked = inspector.run(inspector.stack, trees, repeats=3)
+    assert stacked.n_kernels == 1
+    back = inspector.run(inspector.unstack, stacked.result, repeats=3)
+    assert back.n_kernels == 1
+    picked = inspector.run(inspector.index, stacked.result, 2, repeats=3)
+    assert picked.n_kernels == 1
+    for t, u in zip(trees, back.result, strict=True):
+        for key in t:
+            np.testing.assert_array_equal(np.asarray(u[key]), t[key])
+            np.testing.assert_array_equal(np.asarray(picked.result[key]), trees[2][key])
