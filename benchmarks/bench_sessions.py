@@ -109,7 +109,7 @@ async def _session(page, i: int, n: int, out: dict, all_done: asyncio.Barrier) -
 
 
 def _trees(client: BokehClient) -> list[str]:
-    return [item.get("label") for m in client.find("MenuList1")
+    return [item.get("label") for m in client.find("ItemList1")
             for item in (client.attr(m, "items") or [])]
 
 

@@ -44,9 +44,10 @@ class InspectorApp(pn.viewable.Viewer):
     """The whole app for one session: the sidebar (trees, download, open, examples, device),
     then two tabs: input | operation | result side by side, and the comparison of two trees.
 
-    Only what the first paint shows is built with the app (the loaded trees, the input tree);
-    the other views are built when first shown (after the first paint, or when their tab
-    opens) or first asked for (`app.diff` in a test): each costs server time per session.
+    Only the list of loaded trees and the input tree are drawn with the page; the rest of the
+    sidebar and the operation and result cards join after the first paint, and the other
+    views are built when first shown (their tab opened) or first asked for (`app.diff` in a
+    test): each costs server time per session and browser time before the tree shows.
     """
 
     def __init__(self, state: InspectorState, **params):
@@ -90,8 +91,9 @@ class InspectorApp(pn.viewable.Viewer):
         rest = pmui.Column(sizing_mode="stretch_width", margin=0)
 
         def fill():  # after the first paint, as the operation and result cards below
-            rest.objects = [self.working_set, self.export, pmui.Divider(), self.files,
-                            pmui.Divider(), self.examples, pmui.Divider(), self.device]
+            rest.objects = [self.trees.remove, self.working_set, self.export, pmui.Divider(),
+                            self.files, pmui.Divider(), self.examples, pmui.Divider(),
+                            self.device]
 
         pn.state.onload(fill)
         return [self.trees, rest]

@@ -7,43 +7,42 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.examples import EXAMPLES
+from inspector.ui.item_list import ItemList
 from inspector.ui.session.formatting import totals_text
 
 
 class TreeListView(pn.viewable.Viewer):
-    """Every loaded tree (name, source, leaves, params, size); clicking one selects it."""
+    """Every loaded tree (name, source, leaves, params, size); clicking one selects it.
+
+    The list is drawn with the page's first paint (`ItemList`: plain DOM); the button that
+    removes the selected tree (`remove`) is laid out by the app, after the first paint."""
 
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self.list = pmui.MenuList(items=[], dense=True, sizing_mode="stretch_width",
-                                  margin=(0, 0))
+        self.list = ItemList(title="Loaded trees", sizing_mode="stretch_width", margin=(0, 0))
         self.list.param.watch(self._on_active, "active")
-        self._remove = pmui.Button.from_param(state.param.remove_tree, label="Remove selected",
-                                              icon="delete_outline", variant="text",
-                                              size="small")
+        self.remove = pmui.Button.from_param(state.param.remove_tree, label="Remove selected",
+                                             icon="delete_outline", variant="text",
+                                             size="small")
         state.param.watch(self._update, ["trees", "selected"])
         self._update()
 
     def __panel__(self):
-        title = pmui.Typography("Loaded trees", variant="subtitle2", margin=(5, 10, 0, 10))
-        return pmui.Column(title, self.list, self._remove, sizing_mode="stretch_width")
+        return self.list
 
     def _update(self, *_):
         names = list(self._state.trees)
-        items = []
-        for name, t in self._state.trees.items():
-            items.append({
-                "label": name,
-                "secondary": f"{t.source} · {totals_text(t.n_leaves, t.n_params, t.nbytes)}",
-                "icon": "account_tree",
-            })
-        active = (names.index(self._state.selected),) if self._state.selected in names else None
+        items = [{"label": name,
+                  "secondary": f"{t.source} · {totals_text(t.n_leaves, t.n_params, t.nbytes)}",
+                  "icon": "account_tree"}
+                 for name, t in self._state.trees.items()]
+        active = names.index(self._state.selected) if self._state.selected in names else None
         self.list.param.update(items=items, active=active)
 
     def _on_active(self, event):
         names = list(self._state.trees)
-        i = event.new[0] if isinstance(event.new, tuple) and event.new else event.new
+        i = event.new
         if isinstance(i, int) and 0 <= i < len(names) and names[i] != self._state.selected:
             self._state.selected = names[i]
 

@@ -37,7 +37,7 @@ def expected_leaf(w: int) -> str:
 
 
 def _trees(client: BokehClient) -> list[str]:
-    return [item.get("label") for m in client.find("MenuList1")
+    return [item.get("label") for m in client.find("ItemList1")
             for item in (client.attr(m, "items") or [])]
 
 

@@ -210,8 +210,11 @@ def test_tree_list_selects(state):
     view = TreeListView(state)
     assert view.list.items[3]["label"] == "s2"
     assert "5 leaves" in view.list.items[3]["secondary"]
-    view.list.active = (3,)
+    assert view.list.active == 0 and state.selected == "t1"
+    view.list.active = 3  # a click on the fourth item
     assert state.selected == "s2"
+    state.selected = "mlp_0"
+    assert view.list.active == [i["label"] for i in view.list.items].index("mlp_0")
 
 
 def test_create_app_builds_a_page_per_call():
