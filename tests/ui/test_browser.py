@@ -163,3 +163,25 @@ def test_the_tree_follows_the_aria_tree_pattern_by_keyboard_and_click(page):
     selected(page, "").wait_for()
     toggle(page, "[0]")  # a click on the arrow toggles
     node(page, "[0][0]").wait_for(state="detached")
+
+
+def test_the_list_of_trees_is_a_listbox_by_click_and_keyboard(page):
+    trees = page.get_by_role("listbox", name="Loaded trees")
+    options = trees.get_by_role("option")
+
+    def selected_is(name: str) -> None:
+        expect(trees.get_by_role("option", selected=True)).to_have_accessible_name(
+            re.compile(rf"^{name} "))
+
+    expect(options).to_have_count(10)  # the examples: t1 t2 t3 s2 mlp_0..3 params grads
+    selected_is("t1")
+    trees.get_by_role("option", name=re.compile(r"^s2")).click()  # a click selects
+    # the input tree's header names the selected tree
+    page.get_by_text(re.compile(r"^s2 · 5 leaves")).first.wait_for()
+    selected_is("s2")
+    page.keyboard.press("ArrowDown")  # the next tree, in focus but not yet selected
+    page.locator(".ilist-item.focused", has_text="mlp_0").wait_for()
+    selected_is("s2")
+    page.keyboard.press("Enter")
+    selected_is("mlp_0")
+    page.get_by_text(re.compile(r"^mlp_0 · 4 leaves")).first.wait_for()
