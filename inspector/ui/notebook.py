@@ -82,7 +82,7 @@ class Inspector(pn.viewable.Viewer):
     def __panel__(self):
         app = self.app
         loader = [app.examples, pmui.Divider()] if self.examples else []
-        side = [app.trees, pmui.Divider(), *loader, app.device]
+        side = [app.trees, app.trees.remove, pmui.Divider(), *loader, app.device]
         layout = pmui.Column(
             pmui.Row(
                 pmui.Card(*side, title="Trees", width=300, margin=(5, 5), collapsible=False),
