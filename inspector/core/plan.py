@@ -13,6 +13,7 @@ time and cached by key, so:
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -383,7 +384,7 @@ def _schedule(calls: list[Call]) -> list[list[int]]:
 def _batch_call(calls: list[Call]) -> Call:
     """One call running `calls` (independent; of one key or of several) as a single kernel."""
     makes = [call.make for call in calls]
-    ends = np.cumsum([len(call.args) for call in calls]).tolist()
+    ends = list(itertools.accumulate(len(call.args) for call in calls))
     starts = [0, *ends[:-1]]
 
     def make_batch():
@@ -392,9 +393,7 @@ def _batch_call(calls: list[Call]) -> Call:
                                    for kernel, start, end in zip(kernels, starts, ends,
                                                                  strict=True))
 
-    keys = [call.key for call in calls]
-    key = ("batch", len(calls), keys[0]) if keys.count(keys[0]) == len(keys) \
-        else ("batch", tuple(keys))
+    key = ("batch", tuple(call.key for call in calls))
     donate = tuple(start + d for call, start in zip(calls, starts, strict=True)
                    for d in call.donate)
     return Call(key, make_batch, [a for call in calls for a in call.args], donate=donate)
