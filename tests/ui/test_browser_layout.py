@@ -86,12 +86,13 @@ def screenshot(element, tries: int = 5) -> bytes:
     """`element`'s screenshot. The result card's parts are updated again when a run's timed
     repeats land, a second after the run; an element replaced between Playwright finding it
     and taking the picture failed 2 of 3 runs on a busy machine ("Element is not attached to
-    the DOM"; which part was not recorded). The locator then finds the new element."""
+    the DOM"), and the timing card's new table, not yet laid out, 1 of 3 here ("Node is
+    either not visible"). The locator then finds the new element."""
     for _ in range(tries - 1):
         try:
             return element.screenshot()
         except PlaywrightError as error:
-            if "not attached" not in str(error):
+            if "not attached" not in str(error) and "not visible" not in str(error):
                 raise
             time.sleep(0.25)
     return element.screenshot()
@@ -106,6 +107,17 @@ def brightness(element) -> float:
         if seen >= half:
             return level / 255
     raise AssertionError("an empty screenshot")
+
+
+def brightnesses(parts: dict) -> dict[str, float]:
+    """Each part's brightness, rounded; a part that cannot be pictured is named in the error."""
+    shown = {}
+    for name, element in parts.items():
+        try:
+            shown[name] = round(brightness(element), 2)
+        except PlaywrightError as error:
+            raise AssertionError(f"{name}: {error}") from error
+    return shown
 
 
 @pytest.mark.parametrize("width", [1280, 1680, 1920])
@@ -250,7 +262,7 @@ def test_dark_theme_follows_the_browser_and_covers_every_part(browser, served_ur
     with opened(browser, served_url, 1680, scheme="dark") as page:
         parts = _parts(page)
         page.mouse.move(0, 1049)
-        shown = {name: round(brightness(el), 2) for name, el in parts.items()}
+        shown = brightnesses(parts)
         assert all(b < 0.25 for b in shown.values()), shown
         assert_dark_app_bar(page)
 
@@ -259,11 +271,11 @@ def test_light_theme_by_default_and_the_toggle_turns_it_dark(browser, served_url
     with opened(browser, served_url, 1680, scheme="light") as page:
         parts = _parts(page)
         page.mouse.move(0, 1049)
-        shown = {name: round(brightness(el), 2) for name, el in parts.items()}
+        shown = brightnesses(parts)
         assert all(b > 0.75 for b in shown.values()), shown
         assert app_bar_colour(page) == (0, 114, 181)  # the light page keeps its blue bar
         page.get_by_role("button", name="Toggle theme").click()
         page.wait_for_timeout(500)
-        shown = {name: round(brightness(el), 2) for name, el in parts.items()}
+        shown = brightnesses(parts)
         assert all(b < 0.25 for b in shown.values()), shown
         assert_dark_app_bar(page)
