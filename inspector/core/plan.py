@@ -13,7 +13,6 @@ time and cached by key, so:
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -27,8 +26,12 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 
+from inspector.core.calls import Call, batch_call, carry, schedule
 from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
+
+__all__ = ["Call", "Plan", "cached_kernels", "clear_cache", "compile_count", "set_cache_limit",
+           "thread_compiles"]
 
 # The event JAX records around every XLA backend compilation (jax/_src/dispatch.py,
 # `BACKEND_COMPILE_EVENT`, fired by `pxla._cached_compilation` for jit, AOT and eager ops alike).
@@ -104,44 +107,6 @@ def _evict() -> None:
 
 
 @dataclass
-class Call:
-    """One kernel invocation.
-
-    Attributes:
-        key: the static signature (hashable); equal keys share one compiled kernel.
-        make: builds the Python function to jit for this key. It must close over static
-            values only: anything that varies between runs (weights, index starts) is an arg.
-        args: the arguments: arrays (placed on the device by `Plan.place`) or lazy leaves
-            (read and placed when the call executes, so big checkpoints stream).
-        donate: positions of args whose buffers the kernel may reuse for its output.
-        carry: when true, the output replaces args[0] after each execution (a tuple of n
-            outputs replaces args[:n]), so donated output buffers are reused from one timed
-            run to the next (no fresh page faults). On the head of a chain, the chain's last
-            output replaces it.
-        shardings: where each arg goes when the inputs are sharded over a mesh (one
-            `jax.sharding.Sharding` per arg); None places every arg on the plan's device.
-        out_shardings: the kernel's output shardings (as `jax.jit` takes them) when the
-            inputs are sharded, so an op keeps its inputs' layout; None lets JAX choose.
-        chain: when true, args[0] is the previous call's output (a donated buffer threaded
-            through the calls, each writing its own slice of it: per-leaf kernels over a
-            packed tree). Only the last output of a chain is meaningful.
-    """
-
-    key: tuple
-    make: Callable[[], Callable]
-    args: list
-    donate: tuple[int, ...] = ()
-    carry: bool = False
-    shardings: tuple | None = None
-    out_shardings: object = None
-    chain: bool = False
-
-    def target(self, i: int, device):
-        """Where args[i] must live: its sharding over the mesh, else the plan's device."""
-        return device if self.shardings is None else self.shardings[i]
-
-
-@dataclass
 class Plan:
     """An op ready to compile and execute on one device, or SPMD over a mesh when its calls
     carry shardings (inputs sharded with `inspector.shard`)."""
@@ -168,11 +133,11 @@ class Plan:
         """Compiles every kernel not yet cached; returns `(seconds, number compiled now)`.
 
         Independent calls that share a key run as one kernel over a batch of them (see
-        `_schedule`): a tree of many leaves makes a few dispatches, not one per leaf."""
+        `calls.schedule`): a tree of many leaves makes a few dispatches, not one per leaf."""
         start = time.perf_counter()
         kernels = [(step, self.calls[step[0]] if len(step) == 1
-                    else _batch_call([self.calls[i] for i in step]))
-                   for step in _schedule(self.calls)]
+                    else batch_call([self.calls[i] for i in step]))
+                   for step in schedule(self.calls)]
         n_new = _compile_missing([call for _, call in kernels], self.device)
         self._compiled = [None] * len(self.calls)
         self._steps = []
@@ -233,7 +198,7 @@ class Plan:
                 for i, out in zip(step, compiled(*flat), strict=True):
                     outputs[i] = out
                     if self.calls[i].carry:
-                        _carry(self.calls[i], out)
+                        carry(self.calls[i], out)
                 continue
             i = step[0]
             call = self.calls[i]
@@ -257,7 +222,7 @@ class Plan:
             if lazy:
                 streaming.append(out)
             if head is not None and head.carry:
-                _carry(head, out)
+                carry(head, out)
             outputs[i] = out
         return self.assemble(outputs)
 
@@ -335,68 +300,6 @@ def _needs_move(arg, target) -> bool:
     if isinstance(target, jax.Device):
         return arg.sharding.device_set != {target}
     return not arg.sharding.is_equivalent_to(target, arg.ndim)
-
-
-_BATCH = 32
-"""Calls per batched kernel; a key's last batch takes the calls left over (fewer)."""
-
-
-def _carry(call: Call, out) -> None:
-    """The output of a carried call replaces its first argument(s): the next run writes into
-    the same buffer(s)."""
-    if isinstance(out, tuple | list):
-        call.args[: len(out)] = out
-    else:
-        call.args[0] = out
-
-
-def _batchable(call: Call) -> bool:
-    """Whether a call may run inside a batch: it reads placed arrays only (lazy leaves stream
-    one by one), is not part of a chain and is not sharded. Donated and carried outputs batch
-    too (each member keeps its own buffer)."""
-    return not (call.chain or call.shardings is not None or call.out_shardings is not None
-                or any(isinstance(a, LazyArray) for a in call.args))
-
-
-def _schedule(calls: list[Call]) -> list[list[int]]:
-    """The order calls run in: lists of call indices, one kernel each. Batchable calls of one
-    key go in batches of `_BATCH`; those left over, of every key, share batches of up to
-    `_BATCH` (a 10,000-leaf plain tree makes ~300 dispatches instead of 10,000, ~0.1 ms each
-    here, with one kernel per key and a few shared ones to compile); the others run alone, in
-    order (a chain's head stays alone: its next call reads its output)."""
-    steps, groups = [], {}
-    for i, call in enumerate(calls):
-        feeds_chain = i + 1 < len(calls) and calls[i + 1].chain
-        if _batchable(call) and not feeds_chain:
-            groups.setdefault(call.key, []).append(i)
-        else:
-            steps.append([i])
-    rest = []
-    for members in groups.values():
-        full = len(members) - len(members) % _BATCH
-        steps.extend(members[start:start + _BATCH] for start in range(0, full, _BATCH))
-        rest.extend(members[full:])
-    rest.sort()
-    steps.extend(rest[start:start + _BATCH] for start in range(0, len(rest), _BATCH))
-    return sorted(steps, key=lambda step: step[0])
-
-
-def _batch_call(calls: list[Call]) -> Call:
-    """One call running `calls` (independent; of one key or of several) as a single kernel."""
-    makes = [call.make for call in calls]
-    ends = list(itertools.accumulate(len(call.args) for call in calls))
-    starts = [0, *ends[:-1]]
-
-    def make_batch():
-        kernels = [make() for make in makes]
-        return lambda *flat: tuple(kernel(*flat[start:end])
-                                   for kernel, start, end in zip(kernels, starts, ends,
-                                                                 strict=True))
-
-    key = ("batch", tuple(call.key for call in calls))
-    donate = tuple(start + d for call, start in zip(calls, starts, strict=True)
-                   for d in call.donate)
-    return Call(key, make_batch, [a for call in calls for a in call.args], donate=donate)
 
 
 def _abstract(arg, target):
