@@ -10,7 +10,9 @@ Prints, on this machine (issue 9 targets in brackets; `--quick`: small sizes, a 
    GB/s = (bytes read + bytes written) / kernel time, as `RunResult.gbps`; each ratio divides
    the op's median by the reference of `bandwidth.py` (the best median of three 256 MiB copies:
    NumPy one thread, NumPy on all cores, XLA into a donated output), sampled between the op's
-   own runs [packed >= 0.85, plain >= 0.7];
+   own runs [packed >= 0.85, plain >= 0.7]. Under the plain index rows, NumPy copying the
+   same leaves one by one (one thread, reused buffers) in the same run: the ceiling of an
+   op that writes each leaf to its own buffer;
 2. `many`: each op on 20,000-leaf packed trees of small leaves (K = 2) held on the device (as
    the app's working set holds them): the whole call
    (`op(*args)`: plan, place, run, wait; kernels cached) and the kernel alone, median ms
@@ -31,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -78,6 +81,29 @@ def cases(trees, stacked, per_subtree) -> list:
     ]
 
 
+def numpy_copy(stacked: dict, index, repeats: int) -> Callable[[], list[float]]:
+    """A `run_op` for `interleaved`: NumPy copying, leaf by leaf on one thread, the slices a
+    plain index of `stacked` returns (`index` an int, or a model per top-level key) into
+    buffers reused from run to run: what a copy of those leaves reaches on this machine."""
+    pairs = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(stacked)[0]:
+        model = index if isinstance(index, int) else index[path[0].key]
+        src = np.asarray(leaf)[model]  # a view of the stacked leaf, no copy
+        pairs.append((np.empty_like(src), src))
+    moved = 2 * sum(dst.nbytes for dst, _ in pairs)
+
+    def run() -> list[float]:
+        gbps = []
+        for _ in range(repeats + 1):  # the first copy warms, as `run`'s warmup does
+            start = time.perf_counter()
+            for dst, src in pairs:
+                np.copyto(dst, src)
+            gbps.append(moved / (time.perf_counter() - start) / 1e9)
+        return gbps[1:]
+
+    return run
+
+
 def top_level_choice(tree, k: int) -> dict:
     """A different model for each top-level subtree of a transformer-like tree."""
     return {"embed": 0, "unembed": min(1, k - 1), "blocks": k - 1}
@@ -109,7 +135,7 @@ def bench_bandwidth(ref, sizes, ks, rounds, repeats):
     print("\n1. GB/s median (min-max) and ratio to the reference; transformer-like float32 trees"
           "  [packed >= 0.85, plain >= 0.7]")
     print(f"{'P':>6} {'K':>2} {'op':>17}  {'packed (one kernel per dtype)':<58} plain")
-    table = []
+    table, numpy_ratios = [], []
     for p in sizes:
         base = transformer_like(p)
         for k in ks:
@@ -132,6 +158,12 @@ def bench_bandwidth(ref, sizes, ks, rounds, repeats):
                 print(f"{p:6.0e} {k:2d} {name:>17}  {packed_m.row():<50}{ok:2} {n} kernel(s)  "
                       f"{m.median:5.1f} GB/s ratio {m.ratio:4.2f}{'' if m.ratio >= 0.7 else ' <'}")
                 table.append((p, k, name, packed_m.ratio, m.ratio))
+                if name in ("index", "per-subtree index"):
+                    copy = interleaved(ref, numpy_copy(*args, repeats=repeats), max(2, rounds - 1))
+                    print(f"{'':>28}NumPy copying the same leaves one by one: {copy.median:5.1f} "
+                          f"GB/s ratio {copy.ratio:4.2f}; the plain index is "
+                          f"{m.median / copy.median:4.2f} of it")
+                    numpy_ratios.append((p, copy.ratio))
             del plain_stacked, trees
     print("\nratios (packed / plain); '<' marks a miss:")
     print(f"{'P, K':>8} | " + " | ".join(f"{name:>17}" for name in OPS))
@@ -141,6 +173,10 @@ def bench_bandwidth(ref, sizes, ks, rounds, repeats):
             print(f"{p:.0e}, {k}".rjust(8) + " | " + " | ".join(
                 f"{a:.2f}{'<' if a < 0.85 else ' '} / {b:.2f}{'<' if b < 0.7 else ' '}".rjust(17)
                 for a, b in (cells[name] for name in OPS)))
+    for p in sizes:
+        got = [r for pp, r in numpy_ratios if pp == p]
+        print(f"P = {p:.0e}: NumPy copying the plain index's leaves one by one reaches "
+              f"{min(got):.2f}-{max(got):.2f} of the reference (the plain index's own ceiling)")
 
 
 def bench_many_leaves(n_leaves, repeats):

@@ -143,13 +143,18 @@ def error_lines(log_path) -> list[str]:
                 if re.search(r"\b(ERROR|CRITICAL)\b|Traceback|Exception", line)]
 
 
-def open_compare_tab(page) -> None:
-    """Opens the Compare tab once the page has finished drawing (the operation and result cards
-    join after the first paint), then waits for the comparison's summary. A click on the tab
-    while those cards arrived was lost in 2 of ~20 runs on this machine (the summary never came);
-    a person clicks later than the first tree row, as this waits."""
+def open_tab(page, name: str) -> None:
+    """Clicks the operation tab `name` once the page has finished drawing (the operation and
+    result cards join after the first paint). A click on a tab while those cards arrived was
+    lost in 2 of ~20 runs on this machine (the Compare tab), and once in a full suite run (the
+    Stack tab); a person clicks later than the first tree row, as this waits."""
     page.get_by_role("button", name="Run the current operation.").wait_for()
-    page.get_by_role("tab", name="Compare trees").click()
+    page.get_by_role("tab", name=name, exact=True).click()
+
+
+def open_compare_tab(page) -> None:
+    """Opens the Compare tab (see `open_tab`), then waits for the comparison's summary."""
+    open_tab(page, "Compare trees")
     page.locator(".diff-summary").wait_for()
 
 

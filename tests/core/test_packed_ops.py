@@ -236,6 +236,41 @@ def test_per_subtree_index_pieces_cover_the_whole_output():
             np.testing.assert_array_equal(f64(got[k]), want[k])
 
 
+@pytest.mark.parametrize("choice, passes", [
+    ({"big": 2, "small": 0, "tail": 1}, 2),
+    ({"big": "1:3", "small": "0:2", "tail": "3:1:-1"}, 2),
+    ({"big": "::-2", "small": "1::2", "tail": "0:4:2"}, 2),
+    ({"a": 3, "b": 0, "small": 1, "tail": 2}, 1),  # no model supplies half the buffer
+])
+def test_a_large_buffer_mostly_from_one_source_is_copied_whole_then_patched(choice, passes):
+    """When one (model, pattern) supplies most of a large buffer, the plan copies that row
+    whole (a slice XLA spreads over the cores), then a chained kernel writes the other
+    subtrees over it in place; the output buffer is the same one from run to run."""
+    rng = np.random.default_rng(11)
+    trees = [{"small": rng.normal(size=(8, 4)).astype(np.float32),
+              "tail": rng.normal(size=(16,)).astype(np.float32)} for _ in range(4)]
+    for t in trees:  # 4.3 MiB in one leaf, or in two halves
+        big = rng.normal(size=(1100, 1024)).astype(np.float32)
+        t.update({"big": big} if "big" in choice else {"a": big[:550], "b": big[550:]})
+    stacked = inspector.stack([inspector.pack(t) for t in trees])
+    plan = Op.of(inspector.index).plan(stacked, choice)
+    assert [c.chain for c in plan.calls] == [False, True][:passes]
+    full = {k: f64(np.stack([t[k] for t in trees])) for k in choice}
+    want = {k: full[k][v] if isinstance(v, int) else
+            full[k][slice(*[None if s == "" else int(s) for s in v.split(":")])]
+            for k, v in choice.items()}
+    for _ in range(2):  # the second time from the cached plan
+        r = inspector.run(inspector.index, stacked, choice, repeats=3)
+        assert r.n_kernels == passes
+        got = r.result.unpack()
+        for k in choice:
+            np.testing.assert_array_equal(f64(got[k]), want[k], err_msg=k)
+    plan.compile()
+    plan.place()
+    pointers = {plan.execute().buffers["float32"].unsafe_buffer_pointer() for _ in range(3)}
+    assert len(pointers) == 1  # each execution writes into the same donated buffer
+
+
 def test_one_index_for_a_whole_packed_stack_names_every_leaf_it_does_not_fit():
     trees = make_trees(2, [(4, 2), (3,), ()], [np.float32, np.int32, np.float32], 8)
     stacked = inspector.stack([inspector.pack(t) for t in trees])

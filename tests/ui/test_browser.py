@@ -7,6 +7,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.serving import open_tab
+
 pytestmark = pytest.mark.browser
 
 
@@ -100,7 +102,7 @@ def test_changing_a_weight_reruns_from_the_cache(page):
 
 
 def test_stacking_mismatched_trees_shows_the_paths(page):
-    page.get_by_role("tab", name="Stack", exact=True).click()
+    open_tab(page, "Stack")
     names = page.get_by_role("combobox").filter(has_text="mlp_0")
     box = names.bounding_box()  # the arrow: the middle of the field is covered by chips
     names.click(position={"x": box["width"] - 12, "y": box["height"] / 2})
