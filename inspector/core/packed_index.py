@@ -5,9 +5,9 @@ in one buffer of shape `lead + (size,)`, and each subtree's leaves are one conti
 it. An index (or one index per subtree) on the leading axes alone is then one kernel per dtype:
 it indexes each range's leading axes with that subtree's traced starts and writes the piece
 into a donated output buffer (`dynamic_update_slice`: in place, at one core's copy speed;
-`concatenate` of the pieces ran at 40% of it, a per-element gather at 20%). When one source
-supplies most of a large buffer, that source is first copied whole, over all cores, and a
-second kernel writes the other pieces over it (`_passes`).
+`concatenate` of the pieces ran at 40% of it, a per-element gather at 20%). On the CPU, when
+one source supplies most of a large buffer, that source is first copied whole, over all cores,
+and a second kernel writes the other pieces over it (`_passes`).
 
 Walking the index tree against 20,000 leaves and checking each one costs hundreds of
 milliseconds of Python, while the kernels run in one or two. What that walk yields (the kernels'
@@ -100,7 +100,7 @@ def plan_packed_index(tree: PackedTree, index_tree, device) -> Plan | None:
             # one pass, or a whole-buffer pass then the other runs written over it (chained:
             # each pass writes into the previous one's output)
             whole = math.prod(out.shape) * np.dtype(dt).itemsize
-            for n, runs in enumerate(_passes(kernel.runs, size, whole)):
+            for n, runs in enumerate(_passes(kernel.runs, size, whole, device.platform)):
                 calls.append(Call(("index_packed", tuple(buf.shape), str(dt), runs,
                                    recipe.starts.shape),
                                   lambda runs=runs: _packed_kernel(runs),
@@ -246,7 +246,7 @@ def _rows_kernel(k: int):
     return kernel
 
 
-_BASE_SHARE = 0.5
+_BASE_SHARE = 0.8
 """From this share of a buffer taken from one (position, pattern), that source is copied whole
 first and the other runs written over it (see `_passes`)..."""
 _BASE_BYTES = 4 * 2**20
@@ -254,22 +254,25 @@ _BASE_BYTES = 4 * 2**20
 dispatch would cost more than the copy gains)."""
 
 
-def _passes(runs: tuple, size: int, nbytes: int) -> list[tuple]:
+def _passes(runs: tuple, size: int, nbytes: int, platform: str) -> list[tuple]:
     """The kernels (runs each, in order) that write one dtype's result.
 
     Each run is written in place into the donated output (`dynamic_update_slice`), and XLA's
     CPU backend runs an in-place update on one thread. A plain slice of the whole buffer it
     splits over the cores: on 2 cores here, 31-35 GB/s against 21-27 GB/s for the update
-    (P = 1e7 and 5e7 float32, K = 4 and 8, one row taking 90%). So when one row (and leading
-    pattern) supplies at least `_BASE_SHARE` of the buffer, the whole of that row is copied
-    first, and a second kernel writes the other runs over it. Two kernels, not one: within
-    one kernel XLA copies the slice into a temporary first (5 GB/s).
+    (P = 1e7 and 5e7 float32, K = 4 and 8, one row taking 90%). So on the CPU, when one row
+    (and leading pattern) supplies at least `_BASE_SHARE` of the buffer, the whole of that row
+    is copied first, and a second kernel writes the other runs over it. The rows rewritten
+    cost their bytes twice: with the slice 1.3 times as fast as the update, copying the whole
+    row gains from a share of 1 / 1.3 = 0.77. Two kernels, not one: within one kernel XLA
+    copies the slice into a temporary first (5 GB/s). GPUs update in place at full speed.
     """
     share: dict[tuple, int] = {}
     for a, b, row, head in runs:
         share[row, head] = share.get((row, head), 0) + b - a
     (row, head), most = max(share.items(), key=lambda item: item[1])
-    if len(runs) < 2 or most < _BASE_SHARE * size or nbytes < _BASE_BYTES:
+    if (platform != "cpu" or len(runs) < 2 or most < _BASE_SHARE * size
+            or nbytes < _BASE_BYTES):
         return [runs]
     rest = tuple(r for r in runs if (r[2], r[3]) != (row, head))
     return [((0, size, row, head),), rest] if rest else [((0, size, row, head),)]
