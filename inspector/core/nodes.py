@@ -9,6 +9,8 @@ everything else asks JAX's registry, so custom nodes appear exactly as JAX flatt
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
 
 import jax
 import numpy as np
@@ -96,13 +98,14 @@ def flatten(tree, with_path: bool = False):
 
     Raises:
         TreeDepthError: the tree contains itself or nests too deep for JAX to flatten; the
-            message names the cycle's key path or the depth (JAX itself reports a bare
-            `SystemError` from its C++ flattener).
+            message names the cycle's key path or the depth (JAX up to 0.10 reports a bare
+            `SystemError` from its C++ flattener). Where JAX flattens any depth (0.11 does),
+            a tree of more than `MAX_DEPTH` nodes is walked once per structure, as
+            `check_depth` does, and refused past `MAX_DEPTH` levels.
     """
     try:
-        if with_path:
-            return tree_util.tree_flatten_with_path(tree)
-        return tree_util.tree_flatten(tree)
+        out = (tree_util.tree_flatten_with_path(tree) if with_path
+               else tree_util.tree_flatten(tree))
     except (RecursionError, SystemError) as e:
         if not isinstance(e, RecursionError) and not isinstance(e.__cause__, RecursionError):
             raise
@@ -112,6 +115,32 @@ def flatten(tree, with_path: bool = False):
             f"({_recursion_limit()}) partway; the tree nests less than {MAX_DEPTH} levels, so "
             "the call stack around it was already deep. Flatten the tree's deepest branches."
         ) from e
+    treedef = out[1]
+    if treedef.num_nodes > MAX_DEPTH and jax_flattens_any_depth() and treedef not in _SHALLOW:
+        check_depth(tree)  # raises past MAX_DEPTH; equal structures have equal depths
+        with _SHALLOW_LOCK:
+            _SHALLOW[treedef] = None
+            while len(_SHALLOW) > 64:
+                _SHALLOW.pop(next(iter(_SHALLOW)))
+    return out
+
+
+_SHALLOW: dict = {}  # structures of more than MAX_DEPTH nodes found no deeper than MAX_DEPTH
+_SHALLOW_LOCK = threading.Lock()
+
+
+@functools.cache
+def jax_flattens_any_depth() -> bool:
+    """Whether this JAX flattens a tree nested past Python's recursion limit (then `flatten`
+    checks the depth itself). JAX 0.10 fails there with a bare `SystemError`; 0.11 does not."""
+    tree: object = 0
+    for _ in range(_recursion_limit() + 100):
+        tree = [tree]
+    try:
+        tree_util.tree_flatten(tree)
+    except (RecursionError, SystemError):
+        return False
+    return True
 
 
 def check_depth(tree) -> None:

@@ -77,8 +77,28 @@ def test_every_entry_point_names_the_depth_of_a_5000_deep_tree(op):
 
 
 def test_jax_itself_fails_with_a_bare_system_error_which_is_why_the_guard_exists():
+    if nodes.jax_flattens_any_depth():  # JAX 0.11 flattens it: `flatten` checks depth itself
+        assert len(jax.tree_util.tree_leaves(nested(5000))) == 1
+        return
     with pytest.raises(SystemError):
         jax.tree_util.tree_flatten(nested(5000))
+
+
+def test_where_jax_flattens_any_depth_the_guard_walks_each_large_structure_once(monkeypatch):
+    """JAX 0.11 flattens 5,000 levels (seen on a GPU machine's jax 0.11.2): `flatten` then
+    walks a structure of more than MAX_DEPTH nodes itself, once, and refuses it past the
+    limit. Here JAX 0.10 is told it is such a JAX: 600 levels flatten without error there."""
+    monkeypatch.setattr(nodes, "jax_flattens_any_depth", lambda: True)
+    for op in ("pack", "weighted_sum", "stack", "index_whole"):
+        with pytest.raises(TreeDepthError, match="The tree nests 600 levels deep"):
+            OPS[op](nested(600))
+    wide = {f"k{i}": [np.float32(i)] for i in range(600)}  # 1,201 nodes, 2 levels
+    treedef = jax.tree_util.tree_structure(wide)
+    nodes._SHALLOW.pop(treedef, None)
+    packed = inspector.pack(wide)
+    assert treedef in nodes._SHALLOW  # walked once; the next flatten of it looks it up
+    assert float(packed.unpack()["k599"][0]) == 599.0
+    assert nodes.flatten(nested(nodes.MAX_DEPTH))[1].num_leaves == 1  # at the limit: fine
 
 
 def test_trees_up_to_the_limit_work_everywhere():

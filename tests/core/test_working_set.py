@@ -10,6 +10,7 @@ import pytest
 
 import inspector
 from inspector.core import working_set
+from inspector.core.devices import device_name
 from inspector.core.working_set import WorkingSet
 from tests.core.test_streaming import Tracker
 from tests.helpers import assert_tree_allclose
@@ -48,7 +49,9 @@ def test_read_once_then_reused_by_every_op(monkeypatch):
     np.testing.assert_array_equal(np.asarray(stats), va["w3"])
     assert np.asarray(ws.get("a").unpack()["step"]).dtype == np.int32  # as JAX holds int64
     assert {h.name for h in ws.holdings()} == {"a", "b"}
-    assert all(h.where == "host" and h.device == "cpu:0" for h in ws.holdings())
+    default = jax.devices()[0]  # held where the ops run: host RAM on the CPU backend
+    where = "host" if default.platform == "cpu" else "device"
+    assert all(h.where == where and h.device == device_name(default) for h in ws.holdings())
     ws.close()
 
 
