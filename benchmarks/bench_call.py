@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bandwidth import Reference  # noqa: E402
+from bench_ops import cases, top_level_choice  # noqa: E402
 from trees import transformer_like  # noqa: E402
 
 import inspector  # noqa: E402
@@ -31,16 +32,13 @@ from inspector.core.op import block  # noqa: E402
 from inspector.core.runner import as_op  # noqa: E402
 
 
-def cases(p: float, k: int) -> list:
+def packed_cases(p: float, k: int) -> list:
+    """`bench_ops.cases` on K packed transformer-like trees of P parameters, less the stack."""
     base = transformer_like(int(p))
     trees = [inspector.pack(jax.tree.map(lambda x, s=s: x + np.float32(s), base))
              for s in range(k)]
     stacked = inspector.stack(trees)
-    choice = {"embed": 0, "unembed": min(1, k - 1), "blocks": k - 1}
-    return [("weighted sum", inspector.weighted_sum, (trees, [1.0 / k] * k)),
-            ("index", inspector.index, (stacked, k - 1)),
-            ("per-subtree index", inspector.index, (stacked, choice)),
-            ("unstack", inspector.unstack, (stacked,))]
+    return [c for c in cases(trees, stacked, top_level_choice(base, k)) if c[0] != "stack"]
 
 
 def main() -> None:
@@ -55,7 +53,7 @@ def main() -> None:
     name, limit = ref.best()
     print(f"jax {jax.__version__} on {device.device_kind}; reference {name} {limit:.1f} GB/s")
     for p in args.sizes:
-        for op_name, op, op_args in cases(p, args.k):
+        for op_name, op, op_args in packed_cases(p, args.k):
             plan = as_op(op).plan(*op_args, device=device)
             plan.compile()
             plan.place()

@@ -89,6 +89,7 @@ def plan_packed_index(tree: PackedTree, index_tree, device) -> Plan | None:
         dt = jax.dtypes.canonicalize_dtype(buf.dtype)
         size = tree.layout.sizes[kernel.group]
         out = output_buffer((*recipe.new_lead, size), dt, device)
+        whole = math.prod(out.shape) * np.dtype(dt).itemsize
         if kernel.rows is not None:
             k = tree.layout.lead[0]
             calls.append(Call(("index_packed_rows", tuple(buf.shape), str(dt),
@@ -99,7 +100,6 @@ def plan_packed_index(tree: PackedTree, index_tree, device) -> Plan | None:
         else:
             # one pass, or a whole-buffer pass then the other runs written over it (chained:
             # each pass writes into the previous one's output)
-            whole = math.prod(out.shape) * np.dtype(dt).itemsize
             for n, runs in enumerate(_passes(kernel.runs, size, whole, device.platform)):
                 calls.append(Call(("index_packed", tuple(buf.shape), str(dt), runs,
                                    recipe.starts.shape),
@@ -107,7 +107,7 @@ def plan_packed_index(tree: PackedTree, index_tree, device) -> Plan | None:
                                   [out, buf, recipe.starts], donate=(0,), carry=n == 0,
                                   chain=n > 0))
         last.append(len(calls) - 1)
-        nbytes += math.prod(out.shape) * np.dtype(dt).itemsize
+        nbytes += whole
     groups = [kernel.group for kernel in recipe.kernels]
 
     def assemble(outputs):
