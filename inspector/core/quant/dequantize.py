@@ -35,7 +35,7 @@ def _out_dtype(dtype, group: QuantGroup) -> str:
     return name
 
 
-def _holder(tree, steps: tuple):
+def holder(tree, steps: tuple):
     """The dict that holds a group's members, found by its steps from the root."""
     node = tree
     for step in steps:
@@ -47,9 +47,9 @@ def _holder(tree, steps: tuple):
     return node
 
 
-def _call(group: QuantGroup, holder, dtype: str, device) -> Call:
+def _call(group: QuantGroup, node, dtype: str, device) -> Call:
     names = group.names
-    members = [holder[names[r]] for r in _ROLES[group.scheme] if r in names]
+    members = [node[names[r]] for r in _ROLES[group.scheme] if r in names]
     shapes = tuple(tuple(m.shape) for m in members)
     dtypes = tuple(str(np.dtype(m.dtype)) for m in members)
     shape = group.shape
@@ -109,7 +109,7 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
     groups = [g for g in quant_groups(tree) if g.usable]
     calls, read, written = [], 0, 0
     for group in groups:
-        call = _call(group, _holder(tree, group.steps), _out_dtype(dtype, group), device)
+        call = _call(group, holder(tree, group.steps), _out_dtype(dtype, group), device)
         calls.append(call)
         members = call.args[1:] if call.donate else call.args
         read += sum(math.prod(m.shape) * np.dtype(m.dtype).itemsize for m in members)
