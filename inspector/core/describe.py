@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import compress
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -88,22 +89,22 @@ def describe(tree) -> list[Row]:
     return rows  # type: ignore[return-value]
 
 
-_QUANT_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-                           "uint8", "int32", "float32", "float16", "bfloat16"})
 _CODE_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
-_QUANT_KEYS = ("scale_inv']", "scale']", "scale_weight']", "_blocks']", "_scales']",
-               "qweight']", "scales']")
+_PACKED_DTYPES = frozenset({"uint8", "int32"})  # MXFP4 blocks and scales, GPTQ / AWQ words
+_PACKED_KEYS = ("_blocks']", "_scales']", "qweight']")
 
 
-def _may_hold_quant(rows: list, _dtype=itemgetter(6), _key=itemgetter(1)) -> bool:
-    # A set of the dtypes (one C-level pass) settles most trees; names are looked at only
-    # when a tree holds float8 codes or dtypes that packed codes and scales use.
+def _may_hold_quant(rows: list, _dtype=itemgetter(6), _key=itemgetter(1),
+                    _packed=_PACKED_DTYPES.__contains__) -> bool:
+    # Must cost nothing measurable on trees without quantized weights: a set of the dtypes
+    # (C-level), then the names of the uint8 / int32 leaves only (C-level selection).
     dtypes = set(map(_dtype, rows))
     if dtypes & _CODE_DTYPES:
         return True
-    if not dtypes & _QUANT_DTYPES:
+    if not dtypes & _PACKED_DTYPES:
         return False
-    return any(k.endswith(_QUANT_KEYS) for k in map(_key, rows))
+    keys = compress(map(_key, rows), map(_packed, map(_dtype, rows)))
+    return any(k.endswith(_PACKED_KEYS) for k in keys)
 
 
 def _mark_quant(tree, rows: list) -> None:
