@@ -196,62 +196,62 @@ def _emit(leaves: list, path: str, keys: tuple, out: list) -> None:
     if found is None:
         if len(_FOUND) >= _FOUND_LIMIT:
             _FOUND.clear()
-        found = _FOUND[sig] = _analyse(dict(leaves))
+        found = _FOUND[sig] = _analyse(leaves)
     if not found:
         return
     lazy = type(leaves[0][1]) is LazyArray
-    by_name = dict(leaves) if lazy else None
-    for (scheme, _logical, frag, members, fragments, shape, dtype, problems, layout, block,
-         names) in found:
+    for shared, frag, roles, frags, positions, problems in found:
         problems = list(problems)
         if lazy:
-            split = _split(by_name, members)
+            split = _split([leaves[i] for i in positions])
             if split:
                 problems.append(split)
         g = _NEW(QuantGroup)
         # The dataclass is frozen: its fields are set once here, bypassing the frozen
         # __setattr__ (the generated __init__ costs ~3 us a group; 50,000 groups: 150 ms).
-        _SET(g, "__dict__", {
-            "scheme": scheme, "path": path + frag,
-            "members": {role: path + f for role, f in fragments},
-            "shape": shape, "dtype": dtype, "problems": problems, "layout": layout,
-            "block": block, "parent": keys, "names": names})
+        _SET(g, "__dict__", {**shared, "path": path + frag,
+                             "members": dict(zip(roles, [path + f for f in frags], strict=True)),
+                             "problems": problems, "parent": keys})
         out.append(g)
 
 
-def _analyse(node: dict) -> list:
+def _analyse(leaves: list) -> list:
     """The groups among one dict's leaves, relative to it (cached by signature)."""
     from inspector.core.quant import finders
 
+    node = dict(leaves)
+    position = {k: i for i, (k, _) in enumerate(leaves)}
     taken: set = set()
-    fp8 = [k for k, v in node.items() if v.dtype.type in S.FP8_TYPES]
+    fp8 = [k for k, v in leaves if v.dtype.type in S.FP8_TYPES]
     found = [finders.fp8_group(node, name, taken) for name in fp8]
     found.extend(finders.scale_orphans(node, taken))
     found.extend(finders.mxfp4_groups(node, taken))
     found.extend(finders.int4_group(node, taken))
-    return [(scheme, logical, f"[{logical!r}]", members,
-             tuple((role, f"[{name!r}]") for role, name in members.items()),
-             shape, dtype, tuple(problems), layout, block, {**members, "logical": logical})
+    return [({"scheme": scheme, "shape": shape, "dtype": dtype, "layout": layout,
+              "block": block, "names": {**members, "logical": logical}},
+             f"[{logical!r}]", tuple(members), tuple(f"[{n!r}]" for n in members.values()),
+             tuple(position[n] for n in members.values()), tuple(problems))
             for scheme, logical, members, shape, dtype, problems, layout, block
             in sorted(found, key=lambda g: g[1])]
 
 
-def _split(by_name: dict, members: dict) -> str | None:
-    """`split across shards: …` when a group's lazy members come from different files."""
-    if len(members) == 2:  # the common case, without a dict of files
-        a, b = (by_name[n] for n in members.values())
-        if type(a) is LazyArray and type(b) is LazyArray:
-            sa, sb = a.source, b.source
-            cut = sa.rfind(":")
-            if sa[:cut] == sb[:sb.rfind(":")]:
-                return None
+def _split(members: list, _last=[""]) -> str | None:  # noqa: B006
+    """`split across shards: …` when a group's lazy members (`(name, leaf)`) come from
+    different files."""
+    # Sources read `file:tensor`. Most groups share the file of the group before them: two
+    # `startswith` settle those (the last file is remembered across calls).
+    prefix = _last[0]
+    if prefix and all(type(v) is LazyArray and v.source.startswith(prefix)
+                      for _, v in members):
+        return None
     files = {}
-    for name in members.values():
-        leaf = by_name[name]
+    for name, leaf in members:
         if type(leaf) is LazyArray:
             source = leaf.source
             cut = source.rfind(":")
             files[name] = source[:cut] if cut > 0 else source
+    if files:
+        _last[0] = next(iter(files.values())) + ":"
     if len(set(files.values())) < 2:
         return None
     return "split across shards: " + ", ".join(
