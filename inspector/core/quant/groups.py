@@ -203,9 +203,17 @@ def _emit(leaves: list, path: str, keys: tuple, out: list) -> None:
     for shared, frag, roles, frags, positions, problems in found:
         problems = list(problems)
         if lazy:
-            split = _split([leaves[i] for i in positions])
-            if split:
-                problems.append(split)
+            # Sources read `file:tensor`; most groups' members share the file of the group
+            # before them, which settles them with a `startswith` each.
+            prefix = _LAST_FILE[0]
+            for i in positions:
+                leaf = leaves[i][1]
+                if not prefix or type(leaf) is not LazyArray or \
+                        not leaf.source.startswith(prefix):
+                    split = _split([leaves[i] for i in positions])
+                    if split:
+                        problems.append(split)
+                    break
         g = _NEW(QuantGroup)
         # The dataclass is frozen: its fields are set once here, bypassing the frozen
         # __setattr__ (the generated __init__ costs ~3 us a group; 50,000 groups: 150 ms).
@@ -235,15 +243,12 @@ def _analyse(leaves: list) -> list:
             in sorted(found, key=lambda g: g[1])]
 
 
-def _split(members: list, _last=[""]) -> str | None:  # noqa: B006
+_LAST_FILE = [""]  # the file prefix (`path:`) of the last group checked
+
+
+def _split(members: list) -> str | None:
     """`split across shards: …` when a group's lazy members (`(name, leaf)`) come from
     different files."""
-    # Sources read `file:tensor`. Most groups share the file of the group before them: two
-    # `startswith` settle those (the last file is remembered across calls).
-    prefix = _last[0]
-    if prefix and all(type(v) is LazyArray and v.source.startswith(prefix)
-                      for _, v in members):
-        return None
     files = {}
     for name, leaf in members:
         if type(leaf) is LazyArray:
@@ -251,7 +256,7 @@ def _split(members: list, _last=[""]) -> str | None:  # noqa: B006
             cut = source.rfind(":")
             files[name] = source[:cut] if cut > 0 else source
     if files:
-        _last[0] = next(iter(files.values())) + ":"
+        _LAST_FILE[0] = next(iter(files.values())) + ":"
     if len(set(files.values())) < 2:
         return None
     return "split across shards: " + ", ".join(
