@@ -125,23 +125,28 @@ _SET = object.__setattr__
 
 
 def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
-    # Hot: a 100,000-leaf checkpoint is searched in tens of milliseconds. A dict's leaves
-    # are looked at once each (a dtype and a name suffix); the dicts that may hold groups are
-    # matched by their leaves' (name, shape, dtype) signature, so the 50,000 layers of one
-    # model are analysed once per distinct layer layout, not once each.
+    # Hot: a 100,000-leaf checkpoint is searched in one pass. A dict's leaves are looked at
+    # once each (a dtype and a name suffix); the dicts that may hold groups are matched by
+    # their leaves' (name, shape, dtype) signature, so the 50,000 layers of one model are
+    # analysed once per distinct layer layout, not once each. One frame per level: the
+    # depth guard must trip before Python's recursion limit.
     if depth > nodes.MAX_DEPTH:
         raise nodes.DepthExceeded
     t = type(node)
     if t is not dict:
-        if isinstance(node, Mapping):
-            items = _mapping_items(node)
-            if items is not None:
-                return _walk_dict(dict(items), node, path, keys, out, depth)
-        return _walk_generic(node, path, keys, out, depth)
-    return _walk_dict(node, node, path, keys, out, depth)
-
-
-def _walk_dict(node: dict, original, path, keys, out, depth) -> None:
+        listed = _mapping_items(node) if isinstance(node, Mapping) else None
+        if listed is not None:
+            node = dict(listed)
+        else:  # a list, tuple, custom node or leaf: its children by keystr
+            if t is np.ndarray or t is LazyArray:
+                return
+            kind, kids = nodes.children(node)
+            if kind == nodes.LEAF:
+                return
+            for key, child in kids:
+                if type(child) is not np.ndarray and type(child) is not LazyArray:
+                    _walk(child, path + key, (keys, (key,)), out, depth + 1)
+            return
     inner, leaves, hit = [], [], False
     fp8_types, marks, lazy, ndarray = S.FP8_TYPES, _MARKS, LazyArray, np.ndarray
     for k in _sorted(node):
@@ -175,19 +180,6 @@ def _mapping_items(node):
         return list(node.items())
     except Exception:  # a Mapping that cannot list itself: walk it as JAX flattens it
         return None
-
-
-def _walk_generic(node, path, keys, out, depth) -> None:
-    t = type(node)
-    if t is np.ndarray or t is LazyArray:
-        return
-    kind, kids = nodes.children(node)
-    if kind == nodes.LEAF:
-        return
-    for key, child in kids:
-        if type(child) in (np.ndarray, LazyArray):
-            continue
-        _walk(child, path + key, (keys, (key,)), out, depth + 1)
 
 
 def _emit(leaves: list, path: str, keys: tuple, out: list) -> None:
