@@ -245,3 +245,43 @@ def test_run_times_dequantize_and_reuses_kernels():
     assert again.n_compiled == 0
     _close(again.result["l3"]["weight"], P.fp8_reference(tree["l3"]["weight"], np.ones((2, 2))),
            "bfloat16")
+
+
+def test_gptq_and_awq_layers_from_a_safetensors_file(tmp_path):
+    rng = np.random.default_rng(8)
+    q1, z1, s1, g1 = P.int4_layer(rng, n_out=32, n_in=128, group=64)
+    q2, z2, s2, g2 = P.int4_layer(rng, n_out=64, n_in=64, group=32)
+    gq, gz = P.gptq_pack(q1, z1)
+    aq, az = P.awq_pack(q2, z2)
+    pre = "model.layers.0.self_attn."
+    stn.save_file({pre + "q_proj.qweight": gq, pre + "q_proj.qzeros": gz,
+                   pre + "q_proj.scales": s1, pre + "q_proj.g_idx": g1.astype(np.int32),
+                   pre + "o_proj.qweight": aq, pre + "o_proj.qzeros": az,
+                   pre + "o_proj.scales": s2}, tmp_path / "model.safetensors",
+                  metadata={"format": "pt"})
+    tree = inspector.load(tmp_path / "model.safetensors")
+    assert [(g.scheme, g.shape) for g in inspector.quant_groups(tree)] == [
+        ("awq", (64, 64)), ("gptq", (32, 128))]
+    attn = inspector.dequantize(tree, dtype=None)["model"]["layers"]["0"]["self_attn"]
+    assert np.asarray(attn["q_proj"]["weight"]).dtype == np.float16  # the scales' dtype
+    _close(attn["q_proj"]["weight"], P.int4_reference(q1, z1, s1, g1), "float16")
+    _close(attn["o_proj"]["weight"], P.int4_reference(q2, z2, s2, g2), "float16")
+
+
+def test_fp8_e5m2_codes_with_bfloat16_scales_and_mxfp4_edge_scales():
+    rng = np.random.default_rng(9)
+    codes = rng.standard_normal((128, 64)).astype(ml_dtypes.float8_e5m2)
+    scale = np.array([[0.25]], ml_dtypes.bfloat16)
+    tree = {"weight": codes, "weight_scale": scale}
+    assert inspector.quant_groups(tree)[0].layout == "fp8 e5m2 · per-tensor scale"
+    _close(inspector.dequantize(tree, "float32")["weight"],
+           codes.astype(np.float64) * 0.25)
+    blocks = np.full((2, 16), 0x22, np.uint8)  # 1.0 in both nibbles
+    scales = np.array([255, 1], np.uint8)  # e8m0: NaN, and 2^-126 (the least normal float)
+    w = np.asarray(inspector.dequantize({"x_blocks": blocks, "x_scales": scales},
+                                        "float32")["x"])
+    assert w.shape == (64,) and np.isnan(w[:32]).all()
+    assert (w[32:] == np.float32(2.0 ** -126)).all()
+    [bad] = inspector.quant_groups({"x_blocks": blocks, "x_scales": np.zeros(3, np.uint8)})
+    assert bad.problems == ["scale shape (3,) does not tile the blocks (2, 16) (expected "
+                            "(2,) for (..., G, 16) blocks)"]
