@@ -107,6 +107,14 @@ def test_fp8_checkpoint_in_the_browser(browser, tmp_path):
         assert page.locator('[role=treeitem][data-path*="weight_scale_inv"]').count() == 0
         orphan = page.locator('[role=treeitem][data-path="[\'model\'][\'orphan\'][\'weight\']"]')
         assert orphan.first.locator(".wtree-badge", has_text="no scale").count() == 1
+        row.click()  # the statistics of the dequantized weight: codes 2 and -3 times scales
+        stats = page.locator(".leaf-stats").first
+        stats.get_by_text("dequantized").wait_for()
+        assert stats.locator("[data-stat=min]").inner_text() == "-48"
+        assert stats.locator("[data-stat=max]").inner_text() == "1"
+        page.screenshot(path="/tmp/quant_stats.png", full_page=True)
+        page.get_by_text("Raw codes").click()  # the stored codes, one click away
+        page.locator(".leaf-stats [data-stat=max]", has_text="2").first.wait_for()
         open_tab(page, "Dequantize")
         page.get_by_role("button", name="Run the current operation.").click()
         result = page.locator(".result-tree, [role=tree]").last

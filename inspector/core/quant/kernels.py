@@ -76,7 +76,8 @@ def make_mxfp4(blocks_shape: tuple, out_dtype: str):
         lo, hi = _e2m1(blocks & 0xF), _e2m1(blocks >> 4)
         values = jnp.stack([lo, hi], axis=-1).reshape(*prefix, groups, 2 * width)
         s = scales.astype(jnp.int32)
-        # e8m0: an exponent only; 0xFF is NaN. ldexp stays exact down to 2^-127.
+        # e8m0: an exponent only; 0xFF is NaN. (Products below 2^-126 are subnormal: XLA's
+        # CPU backend flushes them to zero.)
         scaled = jnp.ldexp(values, (s - 127)[..., None])
         scaled = jnp.where((s == 255)[..., None], jnp.nan, scaled)
         return scaled.reshape(*prefix, groups * 2 * width).astype(out_dtype)
