@@ -21,8 +21,6 @@ from inspector.core.lazy import LazyArray
 from inspector.core.packed import structure_of
 from inspector.core.quant import schemes as S
 
-_INT4_NAMES = ("qweight", "qzeros", "scales", "g_idx")
-
 
 @dataclass(frozen=True)
 class QuantGroup:
@@ -40,6 +38,9 @@ class QuantGroup:
         problems: what is wrong, one sentence each; empty when the group is whole.
         layout: how the scales cover the weight, in words (`fp8 e4m3 · 128x128 block scales`).
         block: the block each scale covers (one length per weight dimension), if known.
+        parent, names: where the members live (the holding dict's keys from the root, and
+            each role's own key there, with the "logical" key), for `dequantize`; not shown
+            or compared.
     """
 
     scheme: str
@@ -90,7 +91,8 @@ def _short(path: str) -> str:
 
 
 def quant_groups(tree) -> list[QuantGroup]:
-    """Returns every quantized weight of `tree` (a `QuantGroup` each), in key-path order.
+    """Returns every quantized weight of `tree` (a `QuantGroup` each), dict by dict in JAX's
+    key order (a dict's own groups by logical name, then those of the dicts inside it).
 
     Finds FP8 weights with per-tensor, per-channel or block scales (`weight_scale_inv`,
     `weight_scale`, `scale_weight`), MXFP4 (`X_blocks` + `X_scales`), GPTQ and AWQ int4
