@@ -285,3 +285,19 @@ def test_fp8_e5m2_codes_with_bfloat16_scales_and_mxfp4_edge_scales():
     [bad] = inspector.quant_groups({"x_blocks": blocks, "x_scales": np.zeros(3, np.uint8)})
     assert bad.problems == ["scale shape (3,) does not tile the blocks (2, 16) (expected "
                             "(2,) for (..., G, 16) blocks)"]
+
+
+def test_groups_inside_lists_tuples_and_ordered_dicts_keep_their_containers():
+    from collections import OrderedDict
+
+    def layer():
+        return {"weight": np.full((4, 4), 2, F8), "weight_scale_inv": np.float32([0.5])}
+
+    tree = {"layers": [layer(), (layer(), 3)], "od": OrderedDict(x=layer())}
+    assert [g.path for g in inspector.quant_groups(tree)] == [
+        "['layers'][0]['weight']", "['layers'][1][0]['weight']", "['od']['x']['weight']"]
+    out = inspector.dequantize(tree, "float32")
+    assert type(out["layers"]) is list and type(out["layers"][1]) is tuple
+    assert type(out["od"]) is OrderedDict and list(out["od"]["x"]) == ["weight"]
+    assert out["layers"][1][1] == 3
+    np.testing.assert_array_equal(np.asarray(out["layers"][1][0]["weight"]), 1.0)

@@ -3,8 +3,8 @@
 Each `make_*` returns the function to jit for one (scheme, shapes, output dtype) key; codes,
 scales, zero points and group indices are its arguments, so a new checkpoint of the same
 layout reuses the compiled kernel. The first argument is the output buffer, donated (XLA
-writes the weight into it instead of fresh pages that fault on first touch), or None-like
-zeros of the output's shape when the call streams.
+writes the weight into it instead of fresh pages that fault on first touch), or None when the
+call streams from lazy leaves (`dequantize._no_out`).
 """
 
 from __future__ import annotations
