@@ -44,15 +44,16 @@ class TreeIndex:
 
     fold = True
 
-    def __init__(self, rows: list, quant=None):
+    def __init__(self, rows: list, tree=None):
         self.rows = rows
-        self.quant = quant  # `quant_rows.QuantRows`: one row per quantized weight, or None
-        hidden = quant.hidden if quant is not None else ()
         n = len(rows)
+        self.by_path: dict[str, int] = {row.path: i for i, row in enumerate(rows)}
+        # quantized weights (given the tree): one row each, their scales not shown as rows
+        self.quant = None if tree is None else quant_rows(tree, rows, self.by_path)
+        hidden = self.quant.hidden if self.quant is not None else ()
         parent = [-1] * n
         position = [0] * n  # place among the parent's children
         counts = [0] * n
-        self.by_path: dict[str, int] = {}
         self.leaf_number: dict[int, int] = {}  # row -> position in jax.tree.leaves order
         stack: list[int] = []
         leaves = 0
@@ -66,7 +67,6 @@ class TreeIndex:
                     position[i] = counts[p]
                     counts[p] += 1
             stack.append(i)
-            self.by_path[row.path] = i
             if row.kind == "leaf":
                 self.leaf_number[i] = leaves
                 leaves += 1
@@ -510,11 +510,7 @@ def index_for(tree, rows: list | None = None) -> TreeIndex:
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit[1]
-    rows = rows if rows is not None else describe(tree)
-    index = TreeIndex(rows)
-    quant = quant_rows(tree, rows, index.by_path)
-    if quant is not None:  # quantized weights: their members shown as one row each
-        index = TreeIndex(rows, quant)
+    index = TreeIndex(rows if rows is not None else describe(tree), tree)
     with _CACHE_LOCK:
         _CACHE[key] = (tree if key[0] == "id" else None, index)
         while len(_CACHE) > _CACHE_SIZE:
