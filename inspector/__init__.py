@@ -68,6 +68,8 @@ _EXPORTS = {
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",
+    # checkpoints as people have them: foreign objects in pickles, kept inert
+    "Opaque": "inspector.core.opaque",
     # the UI (imports panel when first used)
     "show": "inspector.ui.notebook",
     "Inspector": "inspector.ui.notebook",

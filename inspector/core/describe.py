@@ -10,6 +10,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.lazy import LazyArray
 from inspector.core.leaves import dtype_name, leaf_info
+from inspector.core.opaque import Opaque
 from inspector.core.packed import structure_of
 from inspector.core.sharding import sharding_text
 
@@ -23,8 +24,10 @@ class Row(NamedTuple):
             for the root.
         key: the last step of `path` (`['w']`); `""` for the root.
         depth: 0 for the root.
-        kind: `dict`, `list`, `tuple`, `namedtuple`, `dataclass`, `custom`, `None` or `leaf`.
-        type_name: the Python class name (`dict`, `FrozenDict`, `ndarray`, `LazyArray`).
+        kind: `dict`, `list`, `tuple`, `namedtuple`, `dataclass`, `custom`, `None`, `leaf` or
+            `opaque` (an `inspector.Opaque` leaf: counted as a leaf, never an array).
+        type_name: the Python class name (`dict`, `FrozenDict`, `ndarray`, `LazyArray`; for an
+            opaque leaf the class the file names, `ListConfig`).
         shape, dtype: for array-like leaves (`None` for inner nodes and non-array leaves).
         nbytes, n_leaves, n_params: the leaf's own, or subtree totals on inner nodes.
         n_children: direct children (0 for leaves).
@@ -33,6 +36,9 @@ class Row(NamedTuple):
             (`PartitionSpec('data', None) over data=4, model=2`, `replicated over 8 devices`,
             or the sharding a checkpoint was saved with); `None` for one device, host arrays
             and inner nodes.
+        opaque: for an `Opaque` leaf (kind `opaque`: an object a checkpoint describes but the
+            inspector never rebuilds), what it holds in a few words (`‹ListConfig› [3 items]`);
+            `None` elsewhere.
     """
 
     path: str
@@ -48,6 +54,7 @@ class Row(NamedTuple):
     n_children: int
     device: str | None
     sharding: str | None = None
+    opaque: str | None = None
 
 
 def describe(tree) -> list[Row]:
@@ -97,6 +104,10 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
     else:
         kind, kids = nodes.children(node)
     if kind == nodes.LEAF:
+        if type(node) is Opaque:
+            rows.append(_row(path, key, depth, "opaque", node.name, None, None, 0, 1, 0, 0,
+                             None, None, node.summary()))
+            return 0, 1, 0
         shape, dtype, nbytes, device = leaf_info(node)
         n_params = math.prod(shape) if shape is not None else 0
         # on a device, or a checkpoint leaf saved sharded (100k-leaf trees: skip the rest)
