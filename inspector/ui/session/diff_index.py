@@ -291,7 +291,7 @@ class DiffIndex(TreeIndex):
         a = node_text(self.diff.a.index.rows[ia]) if ia >= 0 else None
         b = node_text(self.diff.b.index.rows[ib]) if ib >= 0 else None
         if a is not None and b is not None and a != b and (
-                row.kind == "leaf" or TYPE in self.diff.kinds[u]):
+                row.kind in ("leaf", "opaque") or TYPE in self.diff.kinds[u]):
             text = f"{a}  ≠  b: {b}"
         else:
             text = a if a is not None else b
@@ -302,7 +302,7 @@ class DiffIndex(TreeIndex):
         if isinstance(value, tuple):
             parts.append(f"max |Δ| {value[0]:.3g} · rel L2 {value[1]:.3g}")
         secondary = ""
-        if row.kind not in ("leaf", "None"):
+        if row.kind not in ("leaf", "None", "opaque"):
             secondary = totals_text(row.n_leaves, row.n_params, row.nbytes)
             if ia < 0 or ib < 0:
                 secondary += " · only in " + ("a" if ib < 0 else "b")

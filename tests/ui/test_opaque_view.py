@@ -1,0 +1,42 @@
+"""The app's tree and selection panel for `Opaque` leaves (objects in a Lightning checkpoint)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import inspector
+from inspector.ui.lazy_tree import find
+from inspector.ui.tree_view import TreeView
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+def _lightning(tmp_path) -> pathlib.Path:
+    subprocess.run([sys.executable, "-m", "tests.io.lightning_checkpoint", str(tmp_path)],
+                   cwd=ROOT, check=True)  # fmt: skip
+    return tmp_path / "lightning.ckpt"
+
+
+def _labels(items) -> dict:
+    out = {}
+    for item in items:
+        out[item["id"]] = item["label"]
+        out.update(_labels(item.get("items") or []))
+    return out
+
+
+def test_the_tree_shows_objects_by_class_and_size_and_their_content_on_selection(state, tmp_path):
+    state.add_tree("lightning.ckpt", inspector.load(_lightning(tmp_path)), "test", select=True)
+    view = TreeView(state)
+    labels = _labels(view.tree.items)
+    assert "\u2039ListConfig\u203a [3 items]" in labels["['layers']"]
+    assert "\u2039DictConfig\u203a {2 keys}" in labels["['hyper_parameters']"]
+    view.tree.active = [find(view.tree.items, "['layers']")]
+    html = view.stats.stats_html
+    assert "omegaconf.listconfig.ListConfig" in html and "[64, 64, 10]" in html
+    assert not view.stats.histogram_shown
+    view.tree.active = [find(view.tree.items, "['hyper_parameters']")]
+    html = view.stats.stats_html
+    assert "{&#x27;model&#x27;: {&#x27;layers&#x27;: [64, 64, 10]" in html
