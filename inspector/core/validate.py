@@ -92,6 +92,7 @@ def check_array_leaves(tree, leaves: list, action: str) -> list:
             out.append(np.asarray(leaf, dtype=dtype))
         else:
             out.append(leaf)
+    _check_jax_dtypes(tree, out, action)
     if bad:
         paths = key_paths(tree)
         raise UnsupportedLeafError(
@@ -103,6 +104,28 @@ def check_array_leaves(tree, leaves: list, action: str) -> list:
                if any(isinstance(leaves[i], Opaque) for i in bad) else "")
         )
     return out
+
+
+def _check_jax_dtypes(tree, arrays: list, action: str) -> None:
+    """Refuses dtypes JAX would misread or reject: other-endian bytes and long doubles."""
+    wrong = [(i, dt) for i, x in enumerate(arrays) if (dt := np.dtype(x.dtype)).byteorder ==
+             _OTHER_ORDER or (dt.kind in "fc" and dt.itemsize > 8 * (1 + (dt.kind == "c")))]
+    if not wrong:
+        return
+    paths = key_paths(tree)
+    lines = [f"{paths[i]}: {dt.str}, " + (
+        "stored big-endian: convert it (x.astype(x.dtype.newbyteorder('=')))"
+        if dt.byteorder == _OTHER_ORDER else
+        f"{dt.name} (long double) has no JAX type: cast it (x.astype(np.float64)) first")
+        for i, dt in wrong]
+    raise UnsupportedLeafError(
+        f"{action}: {len(wrong)} leaves have a dtype JAX cannot compute on.\n"
+        + bullet_list(lines)
+        + "\nNothing was computed (JAX would reject them, or read swapped bytes as values)."
+    )
+
+
+_OTHER_ORDER = ">" if np.little_endian else "<"
 
 
 def _what(leaf) -> str:
