@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from inspector.core import nodes
-from inspector.core.leaves import leaf_info
+from inspector.core.errors import UnsupportedLeafError, bullet_list
+from inspector.core.leaves import leaf_info, unsupported_dtype
 from inspector.core.node_text import container_text, shape_text
 from inspector.core.opaque import Opaque
 from inspector.core.packed import structure_of, unpacked
@@ -92,6 +93,13 @@ def diff(a, b, values: bool = False, rtol: float = RTOL, atol: float = ATOL,
         raise nodes.too_deep(a, b) from None
     if values:
         pending = [d for d in out if isinstance(d, _Pending)]
+        wrong = [f"{p.path or '(root)'}: {np.dtype(x.dtype).str}, {why}" for p in pending
+                 for x in (p.a, p.b) if (why := unsupported_dtype(getattr(x, "dtype", "f4")))]
+        if wrong:
+            raise UnsupportedLeafError(
+                f"Cannot compare values: {len(wrong)} leaves have a dtype JAX cannot compute "
+                f"on.\n" + bullet_list(wrong) + "\nNothing was compared."
+            )
         stats = iter(leaf_value_stats([(p.a, p.b) for p in pending], rtol, atol, device,
                                       progress))
         done = []

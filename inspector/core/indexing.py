@@ -22,7 +22,7 @@ from inspector.core.index_rules import (
     result_size,
     result_spec,
 )
-from inspector.core.leaves import dtype_name, leaf_info
+from inspector.core.leaves import dtype_name, leaf_info, unsupported_dtype
 from inspector.core.op import Op, register
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree, unpacked
@@ -57,6 +57,10 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             shape, dtype, nbytes, _ = leaf_info(leaf)
             if shape is None:
                 problems.append(f"{full}: a {type(leaf).__name__} leaf cannot be indexed")
+                continue
+            why = unsupported_dtype(dtype) if hasattr(leaf, "dtype") else None
+            if why is not None:
+                problems.append(f"{full}: {np.dtype(leaf.dtype).str}, {why}")
                 continue
             try:
                 pattern, starts = normalize_index(idx, shape)

@@ -14,7 +14,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, STATE, TYPE, diff
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
-from inspector.core.leaves import leaf_info
+from inspector.core.leaves import leaf_info, unsupported_dtype
 from inspector.core.opaque import Opaque
 from inspector.core.packed import PackedTree, same_layout, structure_of
 
@@ -108,24 +108,17 @@ def check_array_leaves(tree, leaves: list, action: str) -> list:
 
 def _check_jax_dtypes(tree, arrays: list, action: str) -> None:
     """Refuses dtypes JAX would misread or reject: other-endian bytes and long doubles."""
-    wrong = [(i, dt) for i, x in enumerate(arrays) if (dt := np.dtype(x.dtype)).byteorder ==
-             _OTHER_ORDER or (dt.kind in "fc" and dt.itemsize > 8 * (1 + (dt.kind == "c")))]
-    if not wrong:
+    # the distinct dtypes only: 100k-leaf trees have a handful
+    if not any(unsupported_dtype(d) for d in {x.dtype for x in arrays}):
         return
+    wrong = [(i, dt, why) for i, x in enumerate(arrays)
+             if (why := unsupported_dtype(dt := np.dtype(x.dtype)))]
     paths = key_paths(tree)
-    lines = [f"{paths[i]}: {dt.str}, " + (
-        "stored big-endian: convert it (x.astype(x.dtype.newbyteorder('=')))"
-        if dt.byteorder == _OTHER_ORDER else
-        f"{dt.name} (long double) has no JAX type: cast it (x.astype(np.float64)) first")
-        for i, dt in wrong]
     raise UnsupportedLeafError(
         f"{action}: {len(wrong)} leaves have a dtype JAX cannot compute on.\n"
-        + bullet_list(lines)
+        + bullet_list(f"{paths[i]}: {dt.str}, {why}" for i, dt, why in wrong)
         + "\nNothing was computed (JAX would reject them, or read swapped bytes as values)."
     )
-
-
-_OTHER_ORDER = ">" if np.little_endian else "<"
 
 
 def _what(leaf) -> str:

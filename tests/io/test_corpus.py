@@ -163,6 +163,11 @@ def test_big_endian_hdf5_datasets_compute_on_their_values(name):
     # an in-memory big-endian array is refused, never computed on as swapped bytes
     with pytest.raises(UnsupportedLeafError, match=r"\['x'\]: >[fi]8, stored big-endian"):
         inspector.weighted_sum([{"x": want}, {"x": want}], [0.5, 0.5])
+    with pytest.raises(UnsupportedLeafError, match=r"\['x'\]: >[fi]8, stored big-endian"):
+        inspector.diff({"x": want}, {"x": np.asarray(leaf)}, values=True)
+    with pytest.raises(inspector.InspectorError, match=r"\['x'\]: >[fi]8, stored big-endian"):
+        inspector.index({"x": want}, {"x": 1})
+    assert inspector.diff({"x": leaf}, {"x": want.astype(leaf.dtype)}, values=True) == []
 
 
 def test_big_endian_complex_hdf5_datasets():
