@@ -72,16 +72,19 @@ class Opaque:
         return _plain(self, 0)
 
     def summary(self) -> str:
-        """`‹ListConfig› [3 items]`, `‹DictConfig› {2 keys}`, `‹PosixPath› '/data/x'`, `‹Any›`."""
+        """`‹ListConfig› [3 items]`, `‹DictConfig› {2 keys}`, `‹Any›`; an object holding arrays
+        (a whole pickled model) says how many: `‹Linear› {9 keys} · 2 arrays inside`."""
         content = self.plain()
         head = f"\u2039{self.name}\u203a"
+        arrays = _count_arrays(self.state, 0)  # tensors kept inside an object (a whole model)
+        tail = f" \u00b7 {arrays:,} array{'' if arrays == 1 else 's'} inside" if arrays else ""
         if isinstance(content, list | tuple):
-            return f"{head} [{len(content):,} item{'' if len(content) == 1 else 's'}]"
+            return f"{head} [{len(content):,} item{'' if len(content) == 1 else 's'}]{tail}"
         if isinstance(content, dict):
-            return f"{head} {{{len(content):,} key{'' if len(content) == 1 else 's'}}}"
+            return f"{head} {{{len(content):,} key{'' if len(content) == 1 else 's'}}}{tail}"
         if content is None:
-            return head
-        return f"{head} {_short(content)}"
+            return head + tail
+        return f"{head} {_short(content)}{tail}"
 
 
 _MAX_PLAIN_DEPTH = 64
@@ -102,6 +105,20 @@ def _plain(value: Any, depth: int) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v, depth + 1) for v in value]
     return value
+
+
+def _count_arrays(value: Any, depth: int) -> int:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return 1
+    if depth > _MAX_PLAIN_DEPTH:
+        return 0
+    if isinstance(value, Opaque):
+        return _count_arrays(value.state, depth + 1)
+    if isinstance(value, dict):
+        return sum(_count_arrays(v, depth + 1) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_count_arrays(v, depth + 1) for v in value)
+    return 0
 
 
 def _short(value: Any) -> str:

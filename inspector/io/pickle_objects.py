@@ -157,7 +157,7 @@ def to_opaque(obj: Any, convert, memo: dict[int, Opaque], active: set[int]) -> O
     if obj.state is not None:
         parts["state"] = convert(obj.state)
     if obj.mapping:
-        parts["items"] = {_key(convert(k)): convert(v) for k, v in obj.mapping}
+        parts["items"] = {key_text(k): convert(v) for k, v in obj.mapping}
     elif obj.items:
         parts["items"] = [convert(v) for v in obj.items]
     active.discard(ident)
@@ -171,5 +171,12 @@ def to_opaque(obj: Any, convert, memo: dict[int, Opaque], active: set[int]) -> O
     return opaque
 
 
-def _key(key: Any) -> Any:
-    return key if isinstance(key, str | int | float | bool | type(None)) else repr(key)
+def key_text(key: Any) -> Any:
+    """A dict key as a tree may hold it: plain keys as they are, a recorded object by its name."""
+    if isinstance(key, Foreign):  # an enum member, mostly: ‹Precision› 'bf16-mixed'
+        name = key.dotted.rsplit(".", 1)[-1]
+        plain = len(key.args) == 1 and isinstance(key.args[0], str | int | float | bool)
+        return f"\u2039{name}\u203a {key.args[0]!r}" if plain else f"\u2039{name}\u203a"
+    if isinstance(key, type) and issubclass(key, Foreign):
+        return f"\u2039{key.dotted.rsplit('.', 1)[-1]}\u203a"
+    return key

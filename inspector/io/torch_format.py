@@ -31,7 +31,7 @@ from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
 from inspector.io.locate import locate
 from inspector.io.location import Location
-from inspector.io.pickle_objects import Foreign, to_opaque
+from inspector.io.pickle_objects import Foreign, key_text, to_opaque
 from inspector.io.pickle_scan import scan
 from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, unpickle
 from inspector.io.zip_members import ZIP_ERRORS, data_offset, open_archive
@@ -253,7 +253,8 @@ def _convert(obj: Any, path, regions: dict[str, _Region], keys: tuple, memo=None
     if isinstance(obj, Foreign) or (isinstance(obj, type) and issubclass(obj, Foreign)):
         return to_opaque(obj, lambda v: _plain(v, path, regions, keys, memo), *memo)
     if isinstance(obj, dict):  # StateDict too: the OrderedDict stand-in
-        items = [(k, _convert(v, path, regions, (*keys, k), memo)) for k, v in obj.items()]
+        items = [(key_text(k), _convert(v, path, regions, (*keys, k), memo))
+                 for k, v in obj.items()]
         if all(isinstance(k, str) for k, _ in items):
             return nesting.unflatten(items, path)
         return dict(items)
@@ -274,7 +275,7 @@ def _plain(obj: Any, path, regions: dict[str, _Region], keys: tuple, memo: dict)
     if isinstance(obj, Foreign) or (isinstance(obj, type) and issubclass(obj, Foreign)):
         return _convert(obj, path, regions, keys, memo)
     if isinstance(obj, dict):
-        return {k: _plain(v, path, regions, keys, memo) for k, v in obj.items()}
+        return {key_text(k): _plain(v, path, regions, keys, memo) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(_plain(v, path, regions, keys, memo) for v in obj)
     return _convert(obj, path, regions, keys, memo)

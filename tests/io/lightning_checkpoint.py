@@ -5,7 +5,8 @@ puts stand-in `torch` modules in `sys.modules` so that the standard pickler spel
 `torch.save` does (`torch._utils._rebuild_tensor_v2` over `torch.FloatStorage` persistent ids),
 while the hyper-parameters are pickled by real omegaconf, argparse, pathlib and enum objects,
 as Lightning writes them. Beside `lightning.ckpt` it writes `expected.npz` (every tensor by its
-dotted path) and `expected.json` (the plain content of each object, by omegaconf itself).
+dotted path), `inside.npy` (the tensor kept inside a pickled object) and `expected.json` (the
+plain content of each object, by omegaconf itself).
 """
 
 from __future__ import annotations
@@ -70,11 +71,18 @@ class Precision(enum.Enum):
     F32 = "32-true"
 
 
-# as if it came from the training code's own package, which the reading side does not have
+class Linear:
+    """A module pickled whole (`torch.save(model)`): an object holding its tensors."""
+
+
+# as if they came from the training code's own package, which the reading side does not have
 Precision.__module__ = "my_trainer.precision"
+Linear.__module__ = "my_trainer.nets"
 sys.modules["my_trainer"] = types.ModuleType("my_trainer")
 sys.modules["my_trainer.precision"] = types.ModuleType("my_trainer.precision")
 sys.modules["my_trainer.precision"].Precision = Precision
+sys.modules["my_trainer.nets"] = types.ModuleType("my_trainer.nets")
+sys.modules["my_trainer.nets"].Linear = Linear
 
 
 def write(out: pathlib.Path) -> None:
@@ -91,6 +99,11 @@ def write(out: pathlib.Path) -> None:
     }
     storages = {name: _Storage(str(k), a) for k, (name, a) in enumerate(arrays.items())}
     tensor = {name: _Tensor(s) for name, s in storages.items()}
+    inside = rng.standard_normal((2, 3)).astype(np.float32)  # a tensor inside an object
+    storages["inside"] = _Storage(str(len(arrays)), inside)
+    model = Linear()
+    model.in_features, model.out_features = 3, 2
+    model._parameters = collections.OrderedDict(weight=_Tensor(storages["inside"]))
     hparams = OmegaConf.create({
         "model": {"layers": [64, 64, 10], "lr": 0.001, "act": "gelu"},
         "data": {"root": "/data/speech", "batch_size": 32},
@@ -112,6 +125,8 @@ def write(out: pathlib.Path) -> None:
         "layers": hparams.model.layers,  # a ListConfig on its own
         "args": argparse.Namespace(seed=7, run=pathlib.PurePosixPath("/runs/a")),
         "precision": Precision.BF16,
+        "model": model,
+        "steps_by_precision": {Precision.F32: 2},
     }
 
     def persistent_id(obj):
@@ -131,6 +146,7 @@ def write(out: pathlib.Path) -> None:
             archive.writestr(f"archive/data/{s.key}", s.array.tobytes())
         archive.writestr("archive/version", "3\n")
     np.savez(out / "expected.npz", **arrays)
+    np.save(out / "inside.npy", inside)
     (out / "expected.json").write_text(json.dumps({
         "hyper_parameters": OmegaConf.to_container(hparams),
         "layers": OmegaConf.to_container(hparams.model.layers),

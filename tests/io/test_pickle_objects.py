@@ -69,6 +69,13 @@ def test_lightning_checkpoint_loads_with_its_objects_as_opaque_leaves(lightning)
                                                          ["/", "runs", "a"])
     assert tree["precision"] == inspector.Opaque("my_trainer.precision.Precision", "bf16-mixed")
     assert tree["epoch"] == 3 and tree["pytorch-lightning_version"] == "2.4.0"
+    # an object holding a tensor (a model pickled whole): the tensor stays inside, readable
+    model = tree["model"]
+    assert model.type == "my_trainer.nets.Linear"
+    assert model.summary() == "\u2039Linear\u203a {3 keys} \u00b7 1 array inside"
+    np.testing.assert_array_equal(np.asarray(model.state["_parameters"]["weight"]),
+                                  np.load(lightning / "inside.npy"))  # fmt: skip
+    assert tree["steps_by_precision"] == {"\u2039Precision\u203a '32-true'": 2}  # an enum key
 
 
 def test_describe_and_the_tree_say_what_each_object_is(lightning):
@@ -79,7 +86,7 @@ def test_describe_and_the_tree_say_what_each_object_is(lightning):
     assert node_text(layers) == "\u2039ListConfig\u203a [3 items]"
     assert node_text(rows["['hyper_parameters']"]) == "\u2039DictConfig\u203a {2 keys}"
     assert node_text(rows["['precision']"]) == "\u2039Precision\u203a 'bf16-mixed'"
-    assert rows[""].n_leaves == 19  # 7 tensors, 8 numbers and strings, 4 objects
+    assert rows[""].n_leaves == 21  # 7 tensors, 9 numbers and strings, 5 objects
 
 
 _INERT_CHECK = textwrap.dedent("""
