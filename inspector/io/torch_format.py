@@ -11,7 +11,8 @@ Two layouts exist:
 
 The pickles are read by `torch_unpickler` (an allow-list, no code run). Each tensor becomes a
 `LazyArray` that maps its storage and takes its strided view; tensors sharing a storage share
-the file bytes. String keys nest on "." (`nesting`), at every dict level.
+the file bytes. String keys nest on "." (`nesting`), at every dict level. Objects of other
+classes (omegaconf, argparse, ...) become `inspector.Opaque` leaves (`pickle_objects`).
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ def load_zip(path: str | os.PathLike | Location) -> Any:
 
     Returns:
         The saved object with dicts as dicts (string keys nested on "."), lists, tuples,
-        numbers and strings as they were, and every tensor a memory-mapped leaf.
+        numbers and strings as they were, every tensor a memory-mapped leaf, and every other
+        object an `Opaque` leaf (built from the pickle's data; nothing imported or called).
 
     Raises:
-        LoadError: the pickle names a global outside the allow-list (nothing is run), a storage
-            is missing or the wrong size, or a tensor's view runs past its storage.
+        LoadError: the pickle names a global that runs code (nothing is run), it is a
+            TorchScript archive, a storage is missing or the wrong size, or a tensor's view
+            runs past its storage.
     """
     path = locate(path)
     archive, f = open_archive(path, _RESAVE)

@@ -202,3 +202,16 @@ def test_torchscript_code_in_the_archive_is_refused(tmp_path):
     data = pickle.dumps({"w": 1}, protocol=2)
     path = _zip(tmp_path / "scripted.pt", data, {"archive/code/__torch__/m.py": "def f(): pass"})
     assert_load_error(path, "TorchScript archive", "holds code")
+
+
+def test_objects_in_a_legacy_format_file(tmp_path):
+    import argparse
+
+    from tests.io.test_torch_format import LEGACY_HEADER
+
+    data = pickle.dumps({"args": argparse.Namespace(lr=0.1, layers=[2, 3]), "step": 5}, protocol=2)
+    path = tmp_path / "legacy_with_objects.pt"
+    path.write_bytes(LEGACY_HEADER + data + pickle.dumps([], protocol=2))
+    tree = load(path)
+    assert tree == {"args": inspector.Opaque("argparse.Namespace", {"lr": 0.1, "layers": [2, 3]}),
+                    "step": 5}  # fmt: skip
