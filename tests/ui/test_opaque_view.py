@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import inspector
 from inspector.ui.lazy_tree import find
 from inspector.ui.tree_view import TreeView
@@ -40,3 +42,19 @@ def test_the_tree_shows_objects_by_class_and_size_and_their_content_on_selection
     view.tree.active = [find(view.tree.items, "['hyper_parameters']")]
     html = view.stats.stats_html
     assert "{&#x27;model&#x27;: {&#x27;layers&#x27;: [64, 64, 10]" in html
+
+
+@pytest.mark.browser
+def test_browser_shows_a_lightning_checkpoints_objects(browser, tmp_path):
+    from tests.serving import launched_app, session
+
+    _lightning(tmp_path)
+    with launched_app(tmp_path, "lightning.ckpt") as url, session(browser, url) as page:
+        row = page.locator('[role=treeitem][data-path="[\'layers\']"]').first
+        row.wait_for()
+        assert "\u2039ListConfig\u203a [3 items]" in row.inner_text()
+        row.locator(".wtree-label").click()
+        content = page.locator(".opaque-content").first
+        content.wait_for()
+        assert content.inner_text() == "[64, 64, 10]"
+        assert "omegaconf.listconfig.ListConfig" in page.locator(".leaf-stats").first.inner_text()
