@@ -166,14 +166,13 @@ def _compare(a, b, path: str, values: bool, out: list, depth: int) -> None:
 
 
 def _compare_leaves(a, b, path: str, values: bool, out: list) -> None:
-    if isinstance(a, Opaque) and isinstance(b, Opaque):
-        if a.type != b.type:
+    if type(a) is Opaque or type(b) is Opaque:  # `type is`: the 100k-leaf walk stays cheap
+        if type(a) is not type(b):
+            out.append(Difference(path, TYPE, summary(a), summary(b)))
+        elif a.type != b.type:
             out.append(Difference(path, TYPE, a.type, b.type))
         elif a != b:
             out.append(Difference(path, STATE, _content(a), _content(b)))
-        return
-    if isinstance(a, Opaque) or isinstance(b, Opaque):
-        out.append(Difference(path, TYPE, summary(a), summary(b)))
         return
     shape_a, dtype_a, _, _ = leaf_info(a)
     shape_b, dtype_b, _, _ = leaf_info(b)

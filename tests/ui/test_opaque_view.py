@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import inspector
@@ -58,3 +59,25 @@ def test_browser_shows_a_lightning_checkpoints_objects(browser, tmp_path):
         content.wait_for()
         assert content.inner_text() == "[64, 64, 10]"
         assert "omegaconf.listconfig.ListConfig" in page.locator(".leaf-stats").first.inner_text()
+
+
+def test_comparing_two_checkpoints_badges_objects_whose_content_differs():
+    from inspector.ui.diff_view import DiffView
+    from inspector.ui.session.state import InspectorState
+
+    def tree(layers):
+        return {"w": np.zeros(2, np.float32),
+                "layers": inspector.Opaque("omegaconf.listconfig.ListConfig",
+                                           {"_content": layers})}  # fmt: skip
+
+    s = InspectorState()
+    s.add_tree("a", tree([64, 10]))
+    s.add_tree("b", tree([64, 12]))
+    s.param.update(diff_a="a", diff_b="b")
+    assert [(d.path, d.kind) for d in s.diff_result.differences] == [("['layers']", "state")]
+    view = DiffView(s)
+    shown = view.tree.shown()
+    assert [b["label"] for b in shown["['layers']"]["buttons"]] == ["state"]
+    assert "1 state" in view.summary.html.object
+    assert s.diff_result.summary_lines()[0] == (
+        "1 difference: 0 missing, 0 extra, 0 shape, 0 dtype, 0 type, 1 state; 1 leaf match.")
