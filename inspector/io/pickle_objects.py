@@ -75,7 +75,18 @@ def refusal(module: str, name: str) -> str | None:
     return None
 
 
-class Foreign:
+class _ForeignType(type):
+    """The metaclass of the per-load classes: BUILD onto the class itself is refused."""
+
+    @property
+    def __setstate__(cls):  # a data descriptor: found before the instances' method
+        def refuse(state):
+            raise pickle.UnpicklingError(f"the pickle tries to modify the class {cls.dotted}")
+
+        return refuse
+
+
+class Foreign(metaclass=_ForeignType):
     """A recorded object of a class the file names: what the pickle passed, nothing run."""
 
     __slots__ = ("args", "kwargs", "state", "items", "mapping")
