@@ -15,6 +15,7 @@ import pickle
 from typing import Any
 
 from inspector.core.opaque import BACK_REFERENCE, Opaque
+from inspector.io.pickle_numpy import numpy_value
 
 # Modules (and their submodules) whose globals run code, touch the system or load more
 # pickles: naming any of them is asking to run something.
@@ -143,7 +144,8 @@ RECONSTRUCTORS = {("copyreg", "_reconstructor"): _reconstructor,
 
 
 def to_opaque(obj: Any, convert, memo: dict[int, Opaque], active: set[int]) -> Opaque:
-    """Returns the `Opaque` for a recorded `Foreign` object or a bare `Foreign` class.
+    """Returns the `Opaque` for a recorded `Foreign` object or a bare `Foreign` class (or the
+    NumPy scalar or array a recorded NumPy call describes: `pickle_numpy`).
 
     Args:
         obj: the recorded object (or class).
@@ -154,6 +156,9 @@ def to_opaque(obj: Any, convert, memo: dict[int, Opaque], active: set[int]) -> O
     """
     if isinstance(obj, type):
         return Opaque(obj.dotted)
+    value = numpy_value(obj)
+    if value is not None:  # a NumPy scalar or array: a value, decoded from its bytes
+        return value
     ident = id(obj)
     if ident in active:
         return Opaque(obj.dotted, BACK_REFERENCE)

@@ -215,3 +215,24 @@ def test_objects_in_a_legacy_format_file(tmp_path):
     tree = load(path)
     assert tree == {"args": inspector.Opaque("argparse.Namespace", {"lr": 0.1, "layers": [2, 3]}),
                     "step": 5}  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_numpy_scalars_and_arrays_are_decoded_from_their_bytes(tmp_path, protocol):
+    values = {
+        "val_loss": np.float64(0.25), "step": np.int64(-7), "flag": np.bool_(True),
+        "hist": np.arange(6, dtype=">i2").reshape(2, 3),  # big-endian: read as its values
+        "fortran": np.asfortranarray(np.linspace(0, 1, 6, dtype=np.float32).reshape(2, 3)),
+        "names": np.array(["a", "bc"]),  # not numeric: kept as an Opaque
+    }  # fmt: skip
+    path = _zip(tmp_path / f"metrics_{protocol}.pt", pickle.dumps(values, protocol=protocol))
+    tree = load(path)
+    for name in ("val_loss", "step", "flag"):
+        assert type(tree[name]) is type(values[name]) and tree[name] == values[name]
+    for name in ("hist", "fortran"):
+        got = tree[name]
+        assert isinstance(got, np.ndarray) and got.dtype.byteorder in "=|"
+        assert got.dtype == values[name].dtype.newbyteorder("=")
+        np.testing.assert_array_equal(got, values[name])
+    assert isinstance(tree["names"], inspector.Opaque)
+    assert tree["names"].type.endswith("multiarray._reconstruct")
