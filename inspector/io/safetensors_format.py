@@ -2,8 +2,9 @@
 
 A safetensors file is an 8-byte little-endian header length, a JSON header naming each tensor's
 dtype, shape and `[begin, end)` byte range in the data section, then the data. The header is
-read and checked here (not by the `safetensors` library) so that structure costs one small
-read, every tensor is memory-mapped on its own, and a damaged file is reported precisely.
+read and checked by `safetensors_header` (not by the `safetensors` library) so that structure
+costs one small read, every tensor is memory-mapped on its own, and a damaged file is reported
+precisely. Packed F4 / F6 tensors are unpacked on read (`subbyte`) into float32 leaves.
 """
 
 from __future__ import annotations
