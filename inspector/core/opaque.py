@@ -139,6 +139,8 @@ def _same(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True  # NaN hyper-parameters: the same value on both sides
     try:
         return bool(a == b)
     except (TypeError, ValueError):

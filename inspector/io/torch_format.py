@@ -204,7 +204,7 @@ def _check_expansion(obj: Any, path, pickle_bytes: int) -> None:
 
     def size(node: Any, keys: tuple) -> int:
         if isinstance(node, Foreign):
-            node = records.setdefault(id(node), _recorded(node))
+            node = records.get(id(node)) or records.setdefault(id(node), _recorded(node))
         elif not isinstance(node, (dict, list, tuple)):
             return 1
         ident = id(node)
