@@ -72,6 +72,8 @@ _EXPORTS = {
     "QuantGroup": "inspector.core.quant",
     "quant_groups": "inspector.core.quant",
     "dequantize": "inspector.streaming",
+    # checkpoints as people have them: foreign objects in pickles, kept inert
+    "Opaque": "inspector.core.opaque",
     # the UI (imports panel when first used)
     "show": "inspector.ui.notebook",
     "Inspector": "inspector.ui.notebook",

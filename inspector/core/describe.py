@@ -12,6 +12,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.lazy import LazyArray
 from inspector.core.leaves import dtype_name, leaf_info
+from inspector.core.opaque import Opaque
 from inspector.core.packed import structure_of
 from inspector.core.sharding import sharding_text
 
@@ -25,8 +26,10 @@ class Row(NamedTuple):
             for the root.
         key: the last step of `path` (`['w']`); `""` for the root.
         depth: 0 for the root.
-        kind: `dict`, `list`, `tuple`, `namedtuple`, `dataclass`, `custom`, `None` or `leaf`.
-        type_name: the Python class name (`dict`, `FrozenDict`, `ndarray`, `LazyArray`).
+        kind: `dict`, `list`, `tuple`, `namedtuple`, `dataclass`, `custom`, `None`, `leaf` or
+            `opaque` (an `inspector.Opaque` leaf: counted as a leaf, never an array).
+        type_name: the Python class name (`dict`, `FrozenDict`, `ndarray`, `LazyArray`; for an
+            opaque leaf the class the file names, `ListConfig`).
         shape, dtype: for array-like leaves (`None` for inner nodes and non-array leaves).
         nbytes, n_leaves, n_params: the leaf's own, or subtree totals on inner nodes.
         n_children: direct children (0 for leaves).
@@ -38,6 +41,9 @@ class Row(NamedTuple):
         quant: on the leaf holding a quantized weight's codes, what it is and where its
             scales are (`fp8 e4m3 · 128x128 block scales in ['weight_scale_inv']`), then its
             problems (see `inspector.quant_groups`); `None` elsewhere.
+        opaque: for an `Opaque` leaf (kind `opaque`: an object a checkpoint describes but the
+            inspector never rebuilds), what it holds in a few words (`‹ListConfig› [3 items]`);
+            `None` elsewhere.
     """
 
     path: str
@@ -54,6 +60,7 @@ class Row(NamedTuple):
     device: str | None
     sharding: str | None = None
     quant: str | None = None
+    opaque: str | None = None
 
 
 def describe(tree) -> list[Row]:
@@ -140,6 +147,10 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
     else:
         kind, kids = nodes.children(node)
     if kind == nodes.LEAF:
+        if type(node) is Opaque:
+            rows.append(_row(path, key, depth, "opaque", node.name, None, None, 0, 1, 0, 0,
+                             None, None, opaque=node.summary()))
+            return 0, 1, 0
         shape, dtype, nbytes, device = leaf_info(node)
         n_params = math.prod(shape) if shape is not None else 0
         # on a device, or a checkpoint leaf saved sharded (100k-leaf trees: skip the rest)

@@ -22,8 +22,9 @@ from inspector.core.index_rules import (
     result_size,
     result_spec,
 )
-from inspector.core.leaves import dtype_name, leaf_info
+from inspector.core.leaves import dtype_name, leaf_info, unsupported_dtype
 from inspector.core.op import Op, register
+from inspector.core.opaque import Opaque
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree, unpacked
 from inspector.core.packed_index import plan_packed_index
@@ -56,7 +57,13 @@ def plan_index(tree, index_tree, device=None) -> Plan:
             full = path + jax.tree_util.keystr(leaf_path)
             shape, dtype, nbytes, _ = leaf_info(leaf)
             if shape is None:
-                problems.append(f"{full}: a {type(leaf).__name__} leaf cannot be indexed")
+                problems.append(f"{full}: Opaque {leaf.type} ({leaf.summary()}), an object, "
+                                "cannot be indexed" if isinstance(leaf, Opaque) else
+                                f"{full}: a {type(leaf).__name__} leaf cannot be indexed")
+                continue
+            why = unsupported_dtype(dtype) if hasattr(leaf, "dtype") else None
+            if why is not None:
+                problems.append(f"{full}: {np.dtype(leaf.dtype).str}, {why}")
                 continue
             try:
                 pattern, starts = normalize_index(idx, shape)

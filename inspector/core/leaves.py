@@ -29,6 +29,23 @@ def dtype_name(dtype) -> str:
     return name
 
 
+_OTHER_ORDER = ">" if np.little_endian else "<"
+
+
+def unsupported_dtype(dtype) -> str | None:
+    """Why JAX cannot compute on `dtype` (other-endian bytes, long doubles), or None.
+
+    >>> unsupported_dtype(">f8"), unsupported_dtype("float32")
+    ("stored big-endian: convert it (x.astype(x.dtype.newbyteorder('=')))", None)
+    """
+    dt = np.dtype(dtype)
+    if dt.byteorder == _OTHER_ORDER:
+        return "stored big-endian: convert it (x.astype(x.dtype.newbyteorder('=')))"
+    if dt.kind in "fc" and dt.itemsize > (16 if dt.kind == "c" else 8):
+        return f"{dt.name} (long double) has no JAX type: cast it (x.astype(np.float64)) first"
+    return None
+
+
 def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None]:
     """Returns `(shape, dtype, nbytes, device)` of a leaf without reading its data.
 

@@ -1,7 +1,8 @@
 """How a pytree node reads in one line, wherever the library or the app shows it.
 
 A node is `float32[3,4]` (an array leaf: dtype and shape), `dict of 4` (a container and how
-many children it has), `None`, or its class name (a leaf that is not an array); an inner node's
+many children it has), `None`, `‹ListConfig› [3 items]` (an `Opaque`: an object a checkpoint
+describes, by its class and size), or its class name (a leaf that is not an array); an inner node's
 totals read `4 leaves · 12 params · 48 B`. The input and result trees, the comparison's union
 tree and its selected-node panel, and the structure diff (`Difference.a` / `.b` of a missing,
 extra or type difference) all say it this way, from here, with these number words.
@@ -67,6 +68,8 @@ def node_text(row) -> str:
     """
     if row.kind == "leaf":
         return row.type_name if row.shape is None else shape_text(row.dtype, row.shape)
+    if row.kind == "opaque":  # ‹ListConfig› [3 items]
+        return row.opaque or f"\u2039{row.type_name}\u203a"
     if row.kind == "None":
         return "None"
     # namedtuples, dataclasses and custom nodes by their kind: their class names are the

@@ -12,13 +12,15 @@ import jax
 import numpy as np
 
 from inspector.core import nodes
-from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, TYPE, diff
+from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, STATE, TYPE, diff
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
-from inspector.core.leaves import leaf_info
+from inspector.core.leaves import leaf_info, unsupported_dtype
+from inspector.core.opaque import Opaque
 from inspector.core.packed import PackedTree, same_layout, structure_of
 
 _NOUNS = {SHAPE: "differ in shape", DTYPE: "differ in dtype", MISSING: "are missing",
-          EXTRA: "are extra", TYPE: "differ in container type"}
+          EXTRA: "are extra", TYPE: "differ in container type",
+          STATE: "are objects with different content"}
 
 
 def flatten(tree) -> tuple[list, jax.tree_util.PyTreeDef]:
@@ -90,14 +92,39 @@ def check_array_leaves(tree, leaves: list, action: str) -> list:
             out.append(np.asarray(leaf, dtype=dtype))
         else:
             out.append(leaf)
+    _check_jax_dtypes(tree, out, action)
     if bad:
         paths = key_paths(tree)
         raise UnsupportedLeafError(
             f"{action}: {len(bad)} leaves are not arrays.\n"
-            + bullet_list(f"{paths[i]}: {type(leaves[i]).__name__}" for i in bad)
+            + bullet_list(f"{paths[i]}: {_what(leaves[i])}" for i in bad)
             + "\nOperations need array or number leaves; None subtrees are kept as they are."
+            + ("\nOpaque leaves are objects a checkpoint describes (its training code's "
+               "classes): select the arrays, e.g. the checkpoint's ['state_dict']."
+               if any(isinstance(leaves[i], Opaque) for i in bad) else "")
         )
     return out
+
+
+def _check_jax_dtypes(tree, arrays: list, action: str) -> None:
+    """Refuses dtypes JAX would misread or reject: other-endian bytes and long doubles."""
+    # the distinct dtypes only: 100k-leaf trees have a handful
+    if not any(unsupported_dtype(d) for d in {x.dtype for x in arrays}):
+        return
+    wrong = [(i, dt, why) for i, x in enumerate(arrays)
+             if (why := unsupported_dtype(dt := np.dtype(x.dtype)))]
+    paths = key_paths(tree)
+    raise UnsupportedLeafError(
+        f"{action}: {len(wrong)} leaves have a dtype JAX cannot compute on.\n"
+        + bullet_list(f"{paths[i]}: {dt.str}, {why}" for i, dt, why in wrong)
+        + "\nNothing was computed (JAX would reject them, or read swapped bytes as values)."
+    )
+
+
+def _what(leaf) -> str:
+    if isinstance(leaf, Opaque):
+        return f"Opaque {leaf.type} ({leaf.summary()}), an object, not an array"
+    return type(leaf).__name__
 
 
 def key_paths(tree) -> list[str]:

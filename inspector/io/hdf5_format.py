@@ -141,6 +141,10 @@ def _dataset(h5py, did, location: Location, name: str) -> Any:
             wanted = dtype_from_name(marker)
             if wanted.itemsize == stored.itemsize:
                 dtype = wanted
+    if dtype.byteorder == (">" if np.little_endian else "<"):
+        # big-endian datasets (written on s390x, or by choice) read in this machine's order:
+        # the values, not the bytes, are what every op and view computes on
+        dtype = dtype.newbyteorder("=")
 
     offset = did.get_offset()
     if location.local_path is None and offset is not None and stored.kind in "biufcV":
@@ -148,8 +152,8 @@ def _dataset(h5py, did, location: Location, name: str) -> Any:
         stored_reader = location.array_reader(offset, stored, space.shape)
 
         def read() -> np.ndarray:
-            data = stored_reader()
-            return data if dtype == stored else data.view(dtype)
+            data = stored_reader()  # already in native order (`mapped_reader` swaps)
+            return data if dtype == data.dtype else data.view(dtype)
     else:
 
         def read() -> np.ndarray:
@@ -164,7 +168,9 @@ def _dataset(h5py, did, location: Location, name: str) -> Any:
                     f"the dataset {name} cannot be read ({type(exc).__name__}: {exc})",
                     "The file is damaged or changed after it was opened; save it again.",
                 ) from exc
-            return data if dtype == stored else data.view(dtype)
+            if data.dtype.byteorder not in "=|" and data.dtype.newbyteorder("=") == dtype:
+                return data.astype(dtype)  # swapped to native order
+            return data if dtype == data.dtype else data.view(dtype)
 
     return LazyArray(space.shape, dtype, read, source=f"{location}:{name}")
 

@@ -2,8 +2,9 @@
 
 A safetensors file is an 8-byte little-endian header length, a JSON header naming each tensor's
 dtype, shape and `[begin, end)` byte range in the data section, then the data. The header is
-read and checked here (not by the `safetensors` library) so that structure costs one small
-read, every tensor is memory-mapped on its own, and a damaged file is reported precisely.
+read and checked by `safetensors_header` (not by the `safetensors` library) so that structure
+costs one small read, every tensor is memory-mapped on its own, and a damaged file is reported
+precisely. Packed F4 / F6 tensors are unpacked on read (`subbyte`) into float32 leaves.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import struct
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,48 +22,21 @@ import numpy as np
 
 from inspector.core.errors import InspectorError, bullet_list
 from inspector.core.lazy import LazyArray
-from inspector.io import nesting
-from inspector.io.dtypes import dtype_from_name
+from inspector.io import nesting, subbyte
 from inspector.io.file_error import file_error
 from inspector.io.limits import confined
 from inspector.io.locate import locate
 from inspector.io.location import LocalFile, Location
 from inspector.io.replacing import replacing
-
-# The safetensors library refuses headers above 100 MB; so do we, before reading one.
-MAX_HEADER_BYTES = 100_000_000
-
-_DTYPE_NAMES = {
-    "BOOL": "bool",
-    "U8": "uint8",
-    "I8": "int8",
-    "U16": "uint16",
-    "I16": "int16",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "U32": "uint32",
-    "I32": "int32",
-    "F32": "float32",
-    "C64": "complex64",
-    "U64": "uint64",
-    "I64": "int64",
-    "F64": "float64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu",
-}
-_CODES = {name: code for code, name in _DTYPE_NAMES.items()}
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    """One tensor of a safetensors header: where its bytes are in the file."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    offset: int  # from the start of the file
-    nbytes: int
+from inspector.io.safetensors_header import (  # noqa: F401 (read_header: this module's API too)
+    CODES,
+    LOADED_AS,
+    MAX_HEADER_BYTES,
+    TensorEntry,
+    bits_of,
+    read_header,
+    read_json,
+)
 
 
 def load(path: str | os.PathLike | Location) -> dict:
@@ -101,7 +74,7 @@ def load_index(path: str | os.PathLike | Location) -> dict:
             damaged, or a tensor is not in the shard the index names (all such are listed).
     """
     location = path = locate(path)
-    index = _read_json(path, path.size(), "the index")
+    index = read_json(path, path.size(), "the index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
@@ -154,75 +127,6 @@ def load_index(path: str | os.PathLike | Location) -> dict:
     return nesting.unflatten(pairs, path)
 
 
-def read_header(path: str | os.PathLike | Location) -> list[TensorEntry]:
-    """Returns the tensors a safetensors header declares, after checking it against the file.
-
-    Args:
-        path: a `.safetensors` file.
-
-    Returns:
-        One entry per tensor, in header order (`__metadata__` is skipped).
-
-    Raises:
-        LoadError: the file is shorter than its header length, the header is not UTF-8 JSON
-            (or repeats a key), a dtype is unknown, or a tensor's byte range is out of the
-            file, overlaps another, or does not match its shape and dtype (all are listed).
-    """
-    path = locate(path)
-    size = path.size()
-    prefix = path.read(0, 8)
-    if len(prefix) < 8:
-        raise file_error(
-            path,
-            f"the file has {size} bytes, fewer than the 8-byte safetensors header length",
-            "The file is truncated; download or save it again.",
-        )
-    (header_len,) = struct.unpack("<Q", prefix)
-    if header_len > size - 8:
-        raise file_error(
-            path,
-            f"the safetensors header length is {header_len} bytes, larger than the "
-            f"{size - 8} bytes that follow it",
-            "The file is truncated or is not a safetensors file.",
-        )
-    if header_len > MAX_HEADER_BYTES:
-        raise file_error(
-            path,
-            f"the safetensors header length is {header_len} bytes, above the "
-            f"{MAX_HEADER_BYTES}-byte limit",
-            "The file is not a safetensors file, or is damaged.",
-        )
-    header = _read_json(path, header_len, "the safetensors header", path.read(8, 8 + header_len))
-    if not isinstance(header, dict):
-        raise file_error(path, "the safetensors header is not a JSON object")
-    data_start, data_size = 8 + header_len, size - 8 - header_len
-    entries, problems = [], []
-    for name, spec in header.items():
-        if name == "__metadata__":
-            continue
-        entry = _entry(name, spec, data_start, problems)
-        if entry is not None:
-            if entry.offset + entry.nbytes > size:
-                problems.append(
-                    f"{name!r}: data_offsets end at {entry.offset + entry.nbytes - data_start}, "
-                    f"beyond the {data_size}-byte data section"
-                )
-            else:
-                entries.append(entry)
-    by_offset = sorted((e for e in entries if e.nbytes), key=lambda e: e.offset)
-    for before, after in zip(by_offset, by_offset[1:], strict=False):
-        if before.offset + before.nbytes > after.offset:
-            problems.append(f"{before.name!r} and {after.name!r}: their data ranges overlap")
-    if problems:
-        raise file_error(
-            path,
-            f"{len(problems)} problem(s) in the safetensors header",
-            "The file is damaged or was written by a faulty tool; save it again.",
-            details=bullet_list(problems),
-        )
-    return entries
-
-
 def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
     """Writes `{name: array}` as a safetensors file, one leaf in memory at a time.
 
@@ -235,7 +139,11 @@ def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
     """
     specs = {name: _shape_dtype(leaf) for name, leaf in flat.items()}
     unsupported = [
-        f"{name}: {dtype}" for name, (_, dtype) in specs.items() if dtype.name not in _CODES
+        f"{name}: {dtype}" for name, (_, dtype) in specs.items() if dtype.name not in CODES
+    ] + [
+        f"{name}: {dtype}{list(shape)} is {math.prod(shape)} elements of {bits_of(dtype)} bits, "
+        f"not a whole number of bytes" for name, (shape, dtype) in specs.items()
+        if (math.prod(shape) * bits_of(dtype)) % 8
     ]
     if unsupported:
         raise InspectorError(
@@ -246,9 +154,9 @@ def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
     header: dict[str, Any] = {}
     offset = 0
     for name, (shape, dtype) in specs.items():
-        nbytes = math.prod(shape) * dtype.itemsize
+        nbytes = math.prod(shape) * bits_of(dtype) // 8
         header[name] = {
-            "dtype": _CODES[dtype.name],
+            "dtype": CODES[dtype.name],
             "shape": list(shape),
             "data_offsets": [offset, offset + nbytes],
         }
@@ -267,89 +175,19 @@ def _leaves(location: Location, entries: Iterable[TensorEntry]):
 
 
 def _leaf(location: Location, entry: TensorEntry) -> LazyArray:
-    reader = location.array_reader(entry.offset, entry.dtype, entry.shape)
     native = entry.dtype.newbyteorder("=")
-    return LazyArray(entry.shape, native, reader, source=f"{location}:{entry.name}")
+    bits = subbyte.BITS.get(native.name)
+    if bits is None:
+        reader = location.array_reader(entry.offset, entry.dtype, entry.shape)
+        return LazyArray(entry.shape, native, reader, source=f"{location}:{entry.name}")
+    packed = location.array_reader(entry.offset, np.dtype(np.uint8), (entry.nbytes,))
+    loaded = LOADED_AS.get(native.name, native)
 
+    def read() -> np.ndarray:
+        codes = subbyte.unpack(packed(), bits, math.prod(entry.shape))
+        return codes.view(native).reshape(entry.shape).astype(loaded)
 
-def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> TensorEntry | None:
-    if not isinstance(spec, dict):
-        problems.append(f"{name!r}: expected an object with dtype, shape and data_offsets")
-        return None
-    code, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
-    if code not in _DTYPE_NAMES:
-        problems.append(f"{name!r}: unknown dtype {code!r}")
-        return None
-    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
-        problems.append(f"{name!r}: shape {shape!r} is not a list of non-negative integers")
-        return None
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(_is_count(o) for o in offsets)
-        or offsets[0] > offsets[1]
-    ):
-        problems.append(f"{name!r}: data_offsets {offsets!r} is not [begin, end] with begin <= end")
-        return None
-    dtype = dtype_from_name(_DTYPE_NAMES[code])
-    expected = math.prod(shape) * dtype.itemsize
-    if offsets[1] - offsets[0] != expected:
-        problems.append(
-            f"{name!r}: data_offsets {offsets} hold {offsets[1] - offsets[0]} bytes, but "
-            f"{code}{shape} needs {expected}"
-        )
-        return None
-    return TensorEntry(
-        name, dtype.newbyteorder("<"), tuple(shape), data_start + offsets[0], expected
-    )
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _read_json(path, nbytes: int, what: str, data: bytes | None = None) -> Any:
-    if data is None:
-        if nbytes > MAX_HEADER_BYTES:
-            raise file_error(path, f"{what} is {nbytes} bytes, above the {MAX_HEADER_BYTES} limit")
-        data = path.read_all()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise file_error(
-            path,
-            f"{what} is not UTF-8 text ({exc})",
-            "The file is damaged or is not a safetensors file.",
-        ) from exc
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
-    except _DuplicateKey as exc:
-        raise file_error(
-            path,
-            f"{what} repeats the key {exc.key!r}",
-            "Each tensor may appear once; the file is damaged.",
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise file_error(
-            path,
-            f"{what} is not valid JSON ({exc})",
-            "The file is damaged or is not a safetensors file.",
-        ) from exc
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str):
-        self.key = key
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    # json keeps the last of repeated keys silently; a repeated tensor name means corruption.
-    result = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKey(key)
-        result[key] = value
-    return result
+    return LazyArray(entry.shape, loaded, read, source=f"{location}:{entry.name}")
 
 
 def _shape_dtype(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:
@@ -368,7 +206,9 @@ def _little_endian_bytes(leaf: Any, spec: tuple[tuple[int, ...], np.dtype]) -> n
         )
     if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not _LITTLE):
         array = array.astype(array.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    bits = subbyte.BITS.get(dtype.name)
+    return raw if bits is None else subbyte.pack(raw, bits)
 
 
 _LITTLE = np.little_endian

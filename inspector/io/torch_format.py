@@ -11,7 +11,8 @@ Two layouts exist:
 
 The pickles are read by `torch_unpickler` (an allow-list, no code run). Each tensor becomes a
 `LazyArray` that maps its storage and takes its strided view; tensors sharing a storage share
-the file bytes. String keys nest on "." (`nesting`), at every dict level.
+the file bytes. String keys nest on "." (`nesting`), at every dict level. Objects of other
+classes (omegaconf, argparse, ...) become `inspector.Opaque` leaves (`pickle_objects`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from inspector.io.file_error import file_error
 from inspector.io.limits import InflateBudget
 from inspector.io.locate import locate
 from inspector.io.location import Location
-from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, scan, unpickle
+from inspector.io.pickle_objects import Foreign, key_text, to_opaque
+from inspector.io.pickle_scan import scan
+from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, unpickle
 from inspector.io.zip_members import ZIP_ERRORS, data_offset, open_archive
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -59,11 +62,13 @@ def load_zip(path: str | os.PathLike | Location) -> Any:
 
     Returns:
         The saved object with dicts as dicts (string keys nested on "."), lists, tuples,
-        numbers and strings as they were, and every tensor a memory-mapped leaf.
+        numbers and strings as they were, every tensor a memory-mapped leaf, and every other
+        object an `Opaque` leaf (built from the pickle's data; nothing imported or called).
 
     Raises:
-        LoadError: the pickle names a global outside the allow-list (nothing is run), a storage
-            is missing or the wrong size, or a tensor's view runs past its storage.
+        LoadError: the pickle names a global that runs code (nothing is run), it is a
+            TorchScript archive, a storage is missing or the wrong size, or a tensor's view
+            runs past its storage.
     """
     path = locate(path)
     archive, f = open_archive(path, _RESAVE)
@@ -73,6 +78,13 @@ def load_zip(path: str | os.PathLike | Location) -> Any:
         if pkl is None:
             raise file_error(path, "the zip has no ARCHIVE/data.pkl", _RESAVE)
         prefix = pkl[: -len("data.pkl")]
+        if any(n.startswith(f"{prefix}code/") for n in names):
+            raise file_error(
+                path,
+                "it is a TorchScript archive (torch.jit.save): it holds code "
+                f"({prefix}code/); refused, nothing from the file was run",
+                "Save its state_dict() (torch.save(model.state_dict(), path)) and load that.",
+            )
         info = archive.getinfo(pkl)
         if info.file_size > MAX_PICKLE_BYTES:
             raise file_error(path, f"{pkl} declares {info.file_size} bytes", _RESAVE)
@@ -188,14 +200,19 @@ def _check_expansion(obj: Any, path, pickle_bytes: int) -> None:
     limit = 4 * pickle_bytes + 1_000
     sizes: dict[int, int] = {}
     active: set[int] = set()
+    records: dict[int, _Recorded] = {}
 
     def size(node: Any, keys: tuple) -> int:
-        if not isinstance(node, (dict, list, tuple)):
+        if isinstance(node, Foreign):
+            node = records.get(id(node)) or records.setdefault(id(node), _recorded(node))
+        elif not isinstance(node, (dict, list, tuple)):
             return 1
         ident = id(node)
         if ident in sizes:
             return sizes[ident]
         where = "".join(f"[{k!r:.40}]" for k in keys) or "the root"
+        if ident in active and type(node) is _Recorded:
+            return 1  # an object refers back to one enclosing it (omegaconf's `_parent`)
         if ident in active:
             raise file_error(
                 path, f"its pickle builds a cycle: the container at {where} contains itself",
@@ -225,14 +242,28 @@ def _check_expansion(obj: Any, path, pickle_bytes: int) -> None:
     size(obj, ())
 
 
-def _convert(obj: Any, path, regions: dict[str, _Region], keys: tuple) -> Any:
+class _Recorded(list):
+    """What a `Foreign` record holds, as one list the expansion check walks (cached by id)."""
+
+
+def _recorded(obj: Foreign) -> _Recorded:
+    return _Recorded([*obj.args, *obj.kwargs.values(), obj.state, *obj.items,
+                      *(x for pair in obj.mapping for x in pair)])
+
+
+def _convert(obj: Any, path, regions: dict[str, _Region], keys: tuple, memo=None) -> Any:
+    memo = ({}, set()) if memo is None else memo  # Opaques made, by id; records being made
+    if isinstance(obj, Foreign) or (isinstance(obj, type) and issubclass(obj, Foreign)):
+        return to_opaque(obj, lambda v: _plain(v, path, regions, keys, memo), *memo)
     if isinstance(obj, dict):  # StateDict too: the OrderedDict stand-in
-        items = [(k, _convert(v, path, regions, (*keys, k))) for k, v in obj.items()]
+        items = [(key_text(k), _convert(v, path, regions, (*keys, k), memo))
+                 for k, v in obj.items()]
         if all(isinstance(k, str) for k, _ in items):
             return nesting.unflatten(items, path)
         return dict(items)
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_convert(v, path, regions, (*keys, i)) for i, v in enumerate(obj))
+        return type(obj)(_convert(v, path, regions, (*keys, i), memo)
+                         for i, v in enumerate(obj))
     if isinstance(obj, TensorRef):
         return _tensor(obj, path, regions[obj.storage.key], keys)
     if isinstance(obj, StorageRef):  # a bare storage: its elements, flat
@@ -240,6 +271,17 @@ def _convert(obj: Any, path, regions: dict[str, _Region], keys: tuple) -> Any:
     if isinstance(obj, TorchDtype):
         return repr(obj)
     return obj
+
+
+def _plain(obj: Any, path, regions: dict[str, _Region], keys: tuple, memo: dict) -> Any:
+    """A value inside an `Opaque`'s state: containers as they are (keys not nested on ".")."""
+    if isinstance(obj, Foreign) or (isinstance(obj, type) and issubclass(obj, Foreign)):
+        return _convert(obj, path, regions, keys, memo)
+    if isinstance(obj, dict):
+        return {key_text(k): _plain(v, path, regions, keys, memo) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_plain(v, path, regions, keys, memo) for v in obj)
+    return _convert(obj, path, regions, keys, memo)
 
 
 def _tensor(ref: TensorRef, path, region: _Region, keys: tuple) -> LazyArray:

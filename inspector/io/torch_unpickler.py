@@ -3,13 +3,13 @@
 A pickle is a program: its GLOBAL opcodes import any callable and its REDUCE opcodes call it
 (that is how `os.system` ends up run by `torch.load` on an untrusted file). `SafeUnpickler`
 resolves globals through `allow_list()`, an explicit allow-list of the names a state dict uses, each
-mapped to a harmless stand-in defined here; every other global is refused with a `LoadError`
-naming the file and the global. Tensors come back as `TensorRef` records (storage, offset,
-shape, strides) and storages as `StorageRef` records; `torch_format` turns them into leaves.
+mapped to a harmless stand-in defined here. A global that runs code is refused with a `LoadError`
+naming the file and the global; any other (omegaconf, argparse, pathlib, ...) becomes a
+per-load `pickle_objects.Foreign` class that only records what the pickle passes it.
+Tensors come back as `TensorRef` records (storage, offset, shape, strides) and storages as
+`StorageRef` records; `torch_format` turns them into leaves.
 
-Before unpickling, `scan` walks the opcodes with `pickletools` (which runs nothing) to find
-where the pickle ends and to check that every length it declares fits in the bytes present, so
-a damaged or forged length fails fast instead of allocating.
+Before unpickling, `pickle_scan.scan` checks every length the pickle declares.
 """
 
 from __future__ import annotations
@@ -18,14 +18,20 @@ import functools
 import io
 import os
 import pickle
-import pickletools
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
 from inspector.core.errors import LoadError
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
+from inspector.io.pickle_objects import (
+    RECONSTRUCTORS,
+    Foreign,
+    canonical,
+    foreign_class,
+    refusal,
+)
 
 # Element types by the names torch pickles; resolved in `allow_list` (bfloat16 needs ml_dtypes).
 _STORAGE_DTYPES = {
@@ -273,20 +279,36 @@ class SafeUnpickler(pickle.Unpickler):
     def __init__(self, data: bytes, path: str | os.PathLike, storages: dict[str, StorageRef]):
         super().__init__(io.BytesIO(data))
         self.path, self.storages = path, storages
+        self.foreign: dict[tuple[str, str], type] = {}  # fresh per load: no pickle changes
 
     def find_class(self, module: str, name: str) -> Any:
-        try:
-            return allow_list()[module, name]
-        except KeyError:
-            hint = ""
-            if module.startswith("__torch__"):
-                hint = " It is a TorchScript archive (torch.jit.save): save its state_dict()."
+        module, name = canonical(module, name)
+        found = allow_list().get((module, name))
+        if found is not None:
+            return found
+        dotted = f"{module}.{name}"
+        if module.startswith("__torch__"):
             raise file_error(
                 self.path,
-                f"the pickle refers to the global {module}.{name}, which is not on the "
-                f"allow-list of names a state dict uses; nothing from the file was run",
-                "Load only state dicts of tensors (torch.save(model.state_dict(), path))." + hint,
-            ) from None
+                f"the pickle refers to the global {dotted}: it is a TorchScript archive "
+                f"(torch.jit.save), which holds code; refused, nothing from the file was run",
+                "Save its state_dict() (torch.save(model.state_dict(), path)) and load that.",
+            )
+        why = refusal(module, name)
+        if why is not None:
+            raise file_error(
+                self.path,
+                f"{why}: refused; nothing was run (the global {dotted} in its pickle is code, "
+                f"not data)",
+                "Load only checkpoints of tensors and plain data "
+                "(torch.save(model.state_dict(), path)).",
+            )
+        if (module, name) in RECONSTRUCTORS:
+            return AllowedFunction(dotted, RECONSTRUCTORS[module, name])
+        # a class of the training code (omegaconf, argparse, pathlib, ...): recorded, inert
+        if (module, name) not in self.foreign:
+            self.foreign[module, name] = foreign_class(module, name)
+        return self.foreign[module, name]
 
     def persistent_load(self, saved_id: Any) -> StorageRef:
         if not isinstance(saved_id, tuple) or len(saved_id) not in (5, 6):
@@ -294,6 +316,13 @@ class SafeUnpickler(pickle.Unpickler):
         kind = saved_id[0].decode("ascii") if isinstance(saved_id[0], bytes) else saved_id[0]
         storage_type, key, _location, numel = saved_id[1:5]
         view = saved_id[5] if len(saved_id) == 6 else None
+        if isinstance(storage_type, type) and issubclass(storage_type, Foreign):
+            raise file_error(
+                self.path,
+                f"a storage has the type {storage_type.dotted}, which is not a storage type the "
+                f"inspector reads (quantized and sparse storages are not)",
+                "Save a state dict of plain tensors (dequantize them first).",
+            )
         if kind != "storage" or not isinstance(storage_type, StorageType) or not _is_count(numel):
             raise pickle.UnpicklingError(f"unknown persistent id {saved_id!r:.80}")
         key = str(key)
@@ -311,39 +340,6 @@ class SafeUnpickler(pickle.Unpickler):
         return StorageRef(key, root.dtype, size, view_offset=offset)
 
 
-def scan(f: BinaryIO, path: str | os.PathLike, limit: int) -> bytes:
-    """Returns the bytes of the one pickle starting at `f`'s position, leaving `f` after it.
-
-    Runs nothing: `pickletools.genops` only decodes opcodes. Every length an opcode declares
-    must fit in the `limit` bytes that remain.
-
-    Args:
-        f: a binary file positioned at a pickle.
-        path: the checkpoint, named in errors.
-        limit: how many bytes from the position the pickle may span.
-
-    Returns:
-        The pickle, up to and including its STOP opcode.
-
-    Raises:
-        LoadError: the pickle is malformed or truncated.
-    """
-    start = f.tell()
-    bounded = _Bounded(f, start + limit)
-    try:
-        for _ in pickletools.genops(bounded):
-            pass
-    except (ValueError, EOFError, _Truncated) as exc:
-        raise file_error(
-            path,
-            f"a pickle starting at byte {start} is damaged or truncated ({exc})",
-            "The file is damaged; save it again.",
-        ) from exc
-    end = f.tell()
-    f.seek(start)
-    return f.read(end - start)
-
-
 def unpickle(data: bytes, path: str | os.PathLike, storages: dict[str, StorageRef]) -> Any:
     """Returns the object a (scanned) PyTorch pickle describes, built from stand-ins only.
 
@@ -353,10 +349,12 @@ def unpickle(data: bytes, path: str | os.PathLike, storages: dict[str, StorageRe
         storages: filled with every storage the pickle refers to, by key.
 
     Returns:
-        The object: dicts (`StateDict`), lists, tuples, numbers, strings and `TensorRef`s.
+        The object: dicts (`StateDict`), lists, tuples, numbers, strings, `TensorRef`s, and
+        `pickle_objects.Foreign` records of the other objects it describes.
 
     Raises:
-        LoadError: a global is not allowed, or the pickle is malformed.
+        LoadError: a global runs code (see `pickle_objects.refusal`), or the pickle is
+            malformed.
     """
     try:
         return SafeUnpickler(data, path, storages).load()
@@ -378,28 +376,3 @@ def unpickle(data: bytes, path: str | os.PathLike, storages: dict[str, StorageRe
             f"its pickle could not be read as a state dict ({type(exc).__name__}: {exc})",
             "Load only state dicts of tensors (torch.save(model.state_dict(), path)).",
         ) from exc
-
-
-class _Truncated(Exception):
-    pass
-
-
-class _Bounded:
-    """A read-only view of a file that refuses reads past `end` instead of allocating them."""
-
-    def __init__(self, f: BinaryIO, end: int):
-        self.f, self.end = f, end
-
-    def read(self, n: int = -1) -> bytes:
-        remaining = self.end - self.f.tell()
-        if n is None or n < 0:
-            n = remaining
-        if n > remaining:
-            raise _Truncated(f"{n} bytes are declared but only {max(remaining, 0)} remain")
-        return self.f.read(n)
-
-    def readline(self) -> bytes:
-        return self.f.readline(max(self.end - self.f.tell(), 0))
-
-    def tell(self) -> int:
-        return self.f.tell()

@@ -18,7 +18,7 @@ from bokeh.plotting import figure
 from inspector.ui.layout import columns
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.next_tick import next_tick
-from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, KINDS
+from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, shown_kinds
 from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
 from inspector.ui.session.tree_index import ROOT_ID
 
@@ -63,7 +63,8 @@ class DiffSummary(pn.viewable.Viewer):
         else:
             verdict = (f"{plural(n, 'difference')} &nbsp; " + "".join(
                 _pill(f"{d.counts.get(k, 0)} {k}", BADGE_COLORS[k], not d.counts.get(k, 0))
-                for k in KINDS) + f" &nbsp; {d.matched:,} of {total:,} leaves of a match")
+                for k in shown_kinds(d.counts))
+                + f" &nbsp; {d.matched:,} of {total:,} leaves of a match")
         rows = "".join(
             f"<tr><td><b>{label}</b></td><td>{html.escape(side.name)}</td>"
             f"<td>{side.totals[0]:,}</td><td>{human_count(side.totals[1])}</td>"

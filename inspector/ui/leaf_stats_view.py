@@ -16,7 +16,7 @@ from bokeh.plotting import figure
 
 from inspector.ui.next_tick import next_tick
 from inspector.ui.session.formatting import MONO, human_bytes, shape_text
-from inspector.ui.session.leaf_numbers import histogram, leaf_array, leaf_stats
+from inspector.ui.session.leaf_numbers import histogram, leaf_array, leaf_stats, opaque_content
 
 
 def _fmt(v) -> str:
@@ -95,6 +95,12 @@ class LeafStatsView(pn.viewable.Viewer):
             self._histogram(False)
             return
         row = index.rows[row_i]
+        if row.kind == "opaque":  # an object the checkpoint describes: its class and content
+            kind, content = opaque_content(tree, index, path)
+            self._summary.object = _table([("object", kind)]) + (
+                f"<pre class='opaque-content'>{html.escape(content)}</pre>")
+            self._histogram(False)
+            return
         if row.kind != "leaf":
             self._summary.object = _table([("kind", row.kind), ("leaves", f"{row.n_leaves:,}"),
                                            ("params", f"{row.n_params:,}"),
@@ -133,6 +139,8 @@ STATS_CSS = (
     ".leaf-stats .stat{display:flex;gap:6px;align-items:baseline;min-width:0;max-width:100%}"
     ".leaf-stats .k{color:var(--mui-palette-text-secondary,#666)}"
     f".leaf-stats .v{{font-family:{MONO};overflow-wrap:anywhere;min-width:0}}"
+    f".opaque-content{{font-family:{MONO};font-size:12px;white-space:pre-wrap;margin:4px 0;"
+    "max-height:320px;overflow:auto}"
 )
 """Each name-value pair is one box that wraps whole to the next line (a grid of fixed columns
 cut `min` off at 1680 px); a value longer than the column breaks inside itself."""

@@ -44,7 +44,12 @@ REFUSED = {
         "the pickle tries to modify torch._utils._rebuild_tensor_v2"
     ],
     "torch_poison_state_dict_class.pt": ["the pickle tries to modify collections.OrderedDict"],
-    "torch_reduce_os_system.pt": ["the global os.system", "nothing from the file was run"],
+    "torch_poison_foreign_class.pt": ["the pickle tries to modify the class trainer.hooks.Hook"],
+    "torch_foreign_refs_exponential.pt": ["pickle expands to more than", "over and over"],
+    "torch_reduce_os_system.pt": [
+        "the global os.system",
+        "this file asks to run os.system: refused; nothing was run",
+    ],
     "torch_compressed_storage_bomb.pt": ["would inflate 335544320 bytes", "archive/data/0", _BOMB],
     "torch_compressed_pickle_bomb.pt": ["would inflate", "archive/data.pkl", _BOMB],
     # NumPy

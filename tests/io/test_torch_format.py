@@ -120,7 +120,13 @@ def _zip_checkpoint(path: pathlib.Path, data_pkl: bytes, storages: dict[str, byt
     return path
 
 
-@pytest.mark.parametrize("payload, refused", [(_RunsSystem, "system"), (_OpensFile, "open")])
+@pytest.mark.parametrize(
+    "payload, refused",
+    [
+        (_RunsSystem, f"{os.system.__module__}.system"),
+        (_OpensFile, f"{builtins.open.__module__}.open"),
+    ],
+)
 @pytest.mark.parametrize("layout", ["zip", "legacy"])
 def test_pickle_that_calls_a_function_is_refused_and_runs_nothing(
     tmp_path, payload, refused, layout
@@ -133,11 +139,7 @@ def test_pickle_that_calls_a_function_is_refused_and_runs_nothing(
     else:
         path.write_bytes(LEGACY_HEADER + data + pickle.dumps([], protocol=2))
     error = assert_load_error(
-        path,
-        "the pickle refers to the global",
-        refused,
-        "not on the allow-list",
-        "nothing from the file was run",
+        path, f"this file asks to run {refused}: refused; nothing was run", f"the global {refused}"
     )
     assert not target.exists()
     assert error.__cause__ is None
@@ -240,7 +242,7 @@ def test_unknown_storage_type(tmp_path):
         torch_style_pickle({"w": _tensor(storage_type="QInt8Storage")}),
         {"0": bytes(6)},
     )
-    assert_load_error(path, "torch.QInt8Storage", "not on the allow-list")
+    assert_load_error(path, "torch.QInt8Storage, which is not a storage type the inspector reads")
 
 
 def test_truncated_pickle(tmp_path):

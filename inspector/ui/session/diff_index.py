@@ -19,17 +19,23 @@ from dataclasses import dataclass
 import numpy as np
 
 import inspector
-from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, TYPE, value_difference
+from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, STATE, TYPE, value_difference
 from inspector.core.node_text import human_bytes, node_text, plural, totals_text
 from inspector.ui.session.tree_index import _SEP, ROOT_ID, TreeIndex
 
 _INT_KEY = re.compile(r"^\[(-?\d+)\]$")
 
-KINDS = (MISSING, EXTRA, SHAPE, DTYPE, TYPE)
-"""Difference kinds in the order the summary and the badges list them."""
+KINDS = (MISSING, EXTRA, SHAPE, DTYPE, TYPE, STATE)
+"""Difference kinds in the order the summary and the badges list them (`state`, found only
+between `Opaque` leaves, only when there is one: see `shown_kinds`)."""
+
+
+def shown_kinds(counts) -> list[str]:
+    """The kinds a summary lists: every kind, `state` only when some difference has it."""
+    return [k for k in KINDS if k != STATE or counts.get(k, 0)]
 
 BADGE_COLORS = {MISSING: "error", EXTRA: "warning", SHAPE: "secondary", DTYPE: "info",
-                TYPE: "primary"}
+                TYPE: "primary", STATE: "success"}
 """The MUI palette colour of each kind's badge."""
 
 KIND_HELP = {
@@ -38,6 +44,7 @@ KIND_HELP = {
     SHAPE: "shapes differ",
     DTYPE: "dtypes differ",
     TYPE: "container or leaf kind differs",
+    STATE: "objects (Opaque leaves) of one class with different content",
 }
 
 
@@ -229,7 +236,7 @@ class TreeDiff:
     def summary_lines(self) -> list[str]:
         """The summary as lines of text (tests and the notebook read it; the view draws it)."""
         n = len(self.differences)
-        parts = [f"{self.counts.get(k, 0)} {k}" for k in KINDS]
+        parts = [f"{self.counts.get(k, 0)} {k}" for k in shown_kinds(self.counts)]
         lines = [f"{plural(n, 'difference')}: {', '.join(parts)}; "
                  f"{plural(self.matched, 'leaf', 'leaves')} match."]
         for side in (self.a, self.b):
@@ -291,7 +298,7 @@ class DiffIndex(TreeIndex):
         a = node_text(self.diff.a.index.rows[ia]) if ia >= 0 else None
         b = node_text(self.diff.b.index.rows[ib]) if ib >= 0 else None
         if a is not None and b is not None and a != b and (
-                row.kind == "leaf" or TYPE in self.diff.kinds[u]):
+                row.kind in ("leaf", "opaque") or TYPE in self.diff.kinds[u]):
             text = f"{a}  ≠  b: {b}"
         else:
             text = a if a is not None else b
@@ -302,7 +309,7 @@ class DiffIndex(TreeIndex):
         if isinstance(value, tuple):
             parts.append(f"max |Δ| {value[0]:.3g} · rel L2 {value[1]:.3g}")
         secondary = ""
-        if row.kind not in ("leaf", "None"):
+        if row.kind not in ("leaf", "None", "opaque"):
             secondary = totals_text(row.n_leaves, row.n_params, row.nbytes)
             if ia < 0 or ib < 0:
                 secondary += " · only in " + ("a" if ib < 0 else "b")

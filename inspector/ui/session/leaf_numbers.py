@@ -17,6 +17,16 @@ from inspector.ui.session.tree_index import ROOT_ID, TreeIndex
 _BINS = 30
 
 
+def opaque_content(tree, index: TreeIndex, path: str, limit: int = 4000) -> tuple[str, str]:
+    """Returns `(type, content)` of the `Opaque` leaf at `path`: its dotted class name and its
+    plain content (`Opaque.plain()`) pretty-printed, cut at `limit` characters."""
+    import pprint
+
+    leaf = index.flat_leaves(tree)[index.leaf_number[index.row_of(path)]]
+    text = pprint.pformat(leaf.plain(), width=72, compact=True, sort_dicts=False)
+    return leaf.type, text if len(text) <= limit else text[:limit] + " …"
+
+
 def leaf_array(tree, index: TreeIndex, path: str, raw: bool = False):
     """Returns the leaf at key `path` as a NumPy array, or None (not a leaf, not an array).
 

@@ -28,7 +28,8 @@ _SEP = "\u2003"  # an em space: HTML does not collapse it, so columns of a label
 
 _ICONS = {"dict": "data_object", "list": "data_array", "tuple": "data_array",
           "namedtuple": "data_object", "dataclass": "data_object", "custom": "account_tree",
-          "None": "block", "leaf": "grid_on", "range": "more_horiz"}
+          "None": "block", "leaf": "grid_on", "range": "more_horiz",
+          "opaque": "inventory_2"}
 
 
 class TreeIndex:
@@ -67,7 +68,7 @@ class TreeIndex:
                     position[i] = counts[p]
                     counts[p] += 1
             stack.append(i)
-            if row.kind == "leaf":
+            if row.kind == "leaf" or row.kind == "opaque":  # an Opaque is a JAX leaf too
                 self.leaf_number[i] = leaves
                 leaves += 1
         # Children as flat arrays (CSR), not a list per node: a 100k-leaf tree would add 170k
@@ -406,7 +407,7 @@ class TreeIndex:
             if row.sharding:  # P('data', None) over data=4, model=2
                 parts.append(row.sharding.replace("PartitionSpec(", "P("))
             return _SEP.join(parts), ""
-        if row.kind == "None":
+        if row.kind == "None" or row.kind == "opaque":  # ‹ListConfig› [3 items]
             return _SEP.join([key, node_text(row)]), ""
         return (_SEP.join([key, node_text(row)]),
                 totals_text(row.n_leaves, row.n_params, row.nbytes) + self.order_note(entry[1]))

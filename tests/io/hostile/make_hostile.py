@@ -175,6 +175,27 @@ def _(path):
     path.write_bytes(header + _shared_lists(40) + pickle.STOP + pickle.dumps([], protocol=2))
 
 
+@case("torch_foreign_refs_exponential.pt")
+def _(path):  # objects of a foreign class, each built from the previous one twice: 2**40 nodes
+    out = [pickle.PROTO, b"\x02", pickle.GLOBAL, b"trainer.hooks\nHook\n", pickle.BINPUT, b"\x00",
+           pickle.EMPTY_TUPLE, pickle.REDUCE, pickle.LONG_BINPUT, (1).to_bytes(4, "little")]
+    for level in range(1, 41):
+        previous = level.to_bytes(4, "little")
+        out += [pickle.POP, pickle.BINGET, b"\x00", pickle.MARK, pickle.LONG_BINGET + previous,
+                pickle.LONG_BINGET + previous, pickle.TUPLE, pickle.REDUCE,
+                pickle.LONG_BINPUT + (level + 1).to_bytes(4, "little")]  # fmt: skip
+    pkl = (pickle.PROTO + b"\x02" + pickle.EMPTY_DICT + _text("w") + b"".join(out)[2:]
+           + pickle.SETITEM + pickle.STOP)  # fmt: skip
+    _torch_zip(path, pkl)
+
+
+@case("torch_poison_foreign_class.pt")
+def _(path):  # BUILD {"dotted": "os.system"} onto the class a foreign global resolves to
+    pkl = (pickle.PROTO + b"\x02" + pickle.GLOBAL + b"trainer.hooks\nHook\n" + pickle.EMPTY_DICT
+           + _text("dotted") + _text("os.system") + pickle.SETITEM + pickle.BUILD + pickle.STOP)
+    _torch_zip(path, pkl)
+
+
 @case("torch_cyclic_list.pt")
 def _(path):  # a list appended to itself
     pkl = (pickle.PROTO + b"\x02" + pickle.EMPTY_LIST + pickle.BINPUT + b"\x00"
