@@ -31,6 +31,9 @@ _EXPORTS = {
     "LoadError": "inspector.core.errors",
     "ShardingError": "inspector.core.errors",
     "TreeDepthError": "inspector.core.errors",
+    # errors that are not the file's fault (issue 27: honest errors)
+    "MissingDependencyError": "inspector.core.errors",
+    "ReaderBugError": "inspector.core.errors",
     # describing and comparing
     "Row": "inspector.core.describe",
     "describe": "inspector.core.describe",
