@@ -99,9 +99,10 @@ def flatten(tree, with_path: bool = False):
     Raises:
         TreeDepthError: the tree contains itself or nests too deep for JAX to flatten; the
             message names the cycle's key path or the depth (JAX up to 0.10 reports a bare
-            `SystemError` from its C++ flattener). Where JAX flattens any depth (0.11 does),
-            a tree of more than `MAX_DEPTH` nodes is walked once per structure, as
-            `check_depth` does, and refused past `MAX_DEPTH` levels.
+            `SystemError` from its C++ flattener). A tree of more than `MAX_DEPTH` nodes
+            is walked once per structure, as `check_depth` does, and refused past
+            `MAX_DEPTH` levels: the same rule on every JAX (0.10 flattens up to about 950
+            levels, 0.11 any depth).
     """
     try:
         out = (tree_util.tree_flatten_with_path(tree) if with_path
@@ -116,7 +117,7 @@ def flatten(tree, with_path: bool = False):
             "the call stack around it was already deep. Flatten the tree's deepest branches."
         ) from e
     treedef = out[1]
-    if treedef.num_nodes > MAX_DEPTH and jax_flattens_any_depth() and treedef not in _SHALLOW:
+    if treedef.num_nodes > MAX_DEPTH and treedef not in _SHALLOW:
         check_depth(tree)  # raises past MAX_DEPTH; equal structures have equal depths
         with _SHALLOW_LOCK:
             _SHALLOW[treedef] = None
