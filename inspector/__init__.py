@@ -44,14 +44,14 @@ _EXPORTS = {
     "pack": "inspector.core.packed",
     "WorkingSet": "inspector.core.working_set",
     # operations
-    "weighted_sum": "inspector.streaming",
+    "weighted_sum": "inspector.ops",
     "weighted_sum_dtype": "inspector.core.weighted_sum",
-    "index": "inspector.core.indexing",
-    "parse_index": "inspector.core.index_parse",
-    "format_index": "inspector.core.index_parse",
-    "merge": "inspector.streaming",
-    "stack": "inspector.core.stacking",
-    "unstack": "inspector.core.stacking",
+    "index": "inspector.ops",
+    "parse_index": "inspector.core.index.parse",
+    "format_index": "inspector.core.index.parse",
+    "merge": "inspector.ops",
+    "stack": "inspector.ops",
+    "unstack": "inspector.ops",
     # meshes and sharded trees
     "mesh": "inspector.core.sharding",
     "shard": "inspector.core.sharding",
@@ -68,6 +68,8 @@ _EXPORTS = {
     "clear_cache": "inspector.core.plan",
     "set_cache_limit": "inspector.core.plan",
     "cached_kernels": "inspector.core.plan",
+    # every cache in one registry (issue 27)
+    "clear_caches": "inspector.core.caches",
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",

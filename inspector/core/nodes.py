@@ -15,6 +15,7 @@ import threading
 import jax
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.errors import TreeDepthError
 from inspector.core.lazy import LazyArray
 
@@ -217,3 +218,7 @@ def _recursion_limit() -> int:
     import sys
 
     return sys.getrecursionlimit()
+
+
+caches.register_mapping("depth-checked structures", _SHALLOW, _SHALLOW_LOCK)
+caches.register_function("JAX depth probe", jax_flattens_any_depth)

@@ -219,7 +219,7 @@ class _Store:
     """The tensorstore key-value store holding the arrays: OCDBT, or plain per-array folders.
 
     For a URL, tensorstore reads from the same place through its own http / s3 / gcs driver
-    (see `remote_tensorstore`); each wait is bounded by the location's timeout.
+    (see `remote.tensorstore_spec`); each wait is bounded by the location's timeout.
     """
 
     def __init__(self, path: Location):

@@ -15,7 +15,7 @@ import requests
 
 import inspector
 from inspector.core.errors import LoadError, MissingDependencyError
-from inspector.io.remote import CHUNK_BYTES, HEAD_BYTES
+from inspector.io.remote.location import CHUNK_BYTES, HEAD_BYTES
 from tests.io.servers import RangeServer, SilentServer, refused_url, s3_serving
 
 FORMATS = {  # name -> (what to load, below the server root; most requests for its structure)

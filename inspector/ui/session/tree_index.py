@@ -16,6 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
 
 GROUP_SIZE = 100
@@ -466,6 +467,7 @@ class _Children:
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 32
+caches.register_mapping("tree indexes", _CACHE, _CACHE_LOCK)
 
 
 def index_for(tree, rows: list | None = None) -> TreeIndex:

@@ -28,8 +28,8 @@ import numpy as np
 from inspector.core.errors import InspectorError, LoadError
 from inspector.io.file_error import file_error, missing_library
 from inspector.io.location import Location, ProgressCallback, ReadProgress
-from inspector.io.range_file import BLOCK_BYTES, RangeFile
-from inspector.io.remote_failures import NOT_FOUND, classify, clean, redact
+from inspector.io.remote.failures import NOT_FOUND, classify, clean, redact
+from inspector.io.remote.range_file import BLOCK_BYTES, RangeFile
 
 HEAD_BYTES = 64 * 1024
 """The first bytes of a file, fetched once: magic bytes and (usually) the whole header."""
@@ -220,7 +220,7 @@ class RemoteFile(Location):
         return out
 
     def tensorstore_kvstore(self) -> dict:
-        from inspector.io.remote_tensorstore import kvstore_spec
+        from inspector.io.remote.tensorstore_spec import kvstore_spec
 
         return kvstore_spec(self)
 
