@@ -23,7 +23,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from inspector.core import caches
 from inspector.core.errors import LoadError
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.file_error import file_error
@@ -404,6 +403,3 @@ class _Bounded:
 
     def tell(self) -> int:
         return self.f.tell()
-
-
-caches.register_function("torch allow-list", allow_list)

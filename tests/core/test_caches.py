@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 
 import inspector
@@ -13,9 +11,8 @@ from inspector.core.working_set import WorkingSet
 EVERY_CACHE = {
     "compiled kernels", "output fills", "weighted-sum dtypes", "dtype names",
     "depth-checked structures", "JAX depth probe", "packed index plans", "working set",
-    "torch allow-list", "tree indexes", "example trees",
+    "tree indexes", "example trees",
 }  # fmt: skip
-TORCH = pathlib.Path(__file__).parents[1] / "io" / "fixtures" / "state_dict_zip.pt"
 
 
 def _fill_every_cache() -> WorkingSet:
@@ -28,7 +25,6 @@ def _fill_every_cache() -> WorkingSet:
     inspector.index(stacked, 1)
     nodes.flatten({f"k{i}": [np.float32(i)] for i in range(600)})  # 1,201 nodes
     nodes.jax_flattens_any_depth()
-    inspector.load(TORCH)
     index_for({"w": np.ones(2)})
     example_trees("S2: per-subtree index")
     working = WorkingSet()
