@@ -14,7 +14,15 @@ interleaved with the op it judges, as the best of three copies of a 256 MiB buff
   and the wait (790 GB/s on an H100 that copies at ~3 TB/s).
 
 A copy moves 2 x 256 MiB (read + write); op figures count the same way (bytes read + bytes
-written, `RunResult.gbps`). Use it like this (or call `interleaved`):
+written, `RunResult.gbps`). So the copy is a reference, not a ceiling: on a CPU each written
+cache line is read first (write-allocate), so a copy of N bytes moves 3N through memory while
+it counts 2N, and an op that reads K inputs and writes one output moves (K + 2)N while it
+counts (K + 1)N: by that model it may reach (K + 1) / (K + 2) x 3 / 2 of the copy (1.13 at
+K = 2, 1.35 at K = 8). `Measurement.floor_ratio` divides by the op's own floor instead: the
+time its own bytes take at the bandwidth the copy showed, write-allocate counted alike for
+both (`WRITE_ALLOCATE`, on the CPU only); 1.0 is the model's best, and a figure well above
+it says the model does not hold for that run (data left in cache, a copy slowed by a
+neighbour), not that the op beat memory. Use it like this (or call `interleaved`):
 
     ref = Reference()                 # allocates and warms the buffers once (1 GiB)
     for _ in range(rounds):
@@ -37,6 +45,12 @@ import jax.numpy as jnp
 import numpy as np
 
 MIB = 1 << 20
+
+
+def write_allocate() -> bool:
+    """Whether writes pay a read of each line first (CPU caches do; GPU memory does not)."""
+    return jax.default_backend() == "cpu"
+
 ONE_THREAD, ALL_CORES, XLA_DONATED = "numpy 1 thread", "numpy {n} threads", "xla donated"
 
 
@@ -127,6 +141,14 @@ class Measurement:
     @property
     def ratio(self) -> float:
         return self.median / self.reference_gbps
+
+    def floor_ratio(self, read: int, written: int, allocate: bool | None = None) -> float:
+        """The op's time floor over its median time: 1.0 = its bytes (`read` + `written`, plus
+        a read of each written line where writes allocate) at the bandwidth the reference
+        copy moved its own bytes (2N counted, 3N with write-allocate)."""
+        a = write_allocate() if allocate is None else allocate
+        moved = (read + (1 + a) * written) / (read + written)  # traffic per counted byte
+        return self.ratio * moved / ((2 + a) / 2)
 
     def row(self) -> str:
         """`GB/s median (min-max)  ratio r  [vs <reference> g GB/s]`."""

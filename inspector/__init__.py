@@ -31,6 +31,9 @@ _EXPORTS = {
     "LoadError": "inspector.core.errors",
     "ShardingError": "inspector.core.errors",
     "TreeDepthError": "inspector.core.errors",
+    # errors that are not the file's fault (issue 27: honest errors)
+    "MissingDependencyError": "inspector.core.errors",
+    "ReaderBugError": "inspector.core.errors",
     # describing and comparing
     "Row": "inspector.core.describe",
     "describe": "inspector.core.describe",
@@ -41,14 +44,14 @@ _EXPORTS = {
     "pack": "inspector.core.packed",
     "WorkingSet": "inspector.core.working_set",
     # operations
-    "weighted_sum": "inspector.streaming",
+    "weighted_sum": "inspector.ops",
     "weighted_sum_dtype": "inspector.core.weighted_sum",
-    "index": "inspector.core.indexing",
-    "parse_index": "inspector.core.index_parse",
-    "format_index": "inspector.core.index_parse",
-    "merge": "inspector.streaming",
-    "stack": "inspector.core.stacking",
-    "unstack": "inspector.core.stacking",
+    "index": "inspector.ops",
+    "parse_index": "inspector.core.index.parse",
+    "format_index": "inspector.core.index.parse",
+    "merge": "inspector.ops",
+    "stack": "inspector.ops",
+    "unstack": "inspector.ops",
     # meshes and sharded trees
     "mesh": "inspector.core.sharding",
     "shard": "inspector.core.sharding",
@@ -65,13 +68,15 @@ _EXPORTS = {
     "clear_cache": "inspector.core.plan",
     "set_cache_limit": "inspector.core.plan",
     "cached_kernels": "inspector.core.plan",
+    # every cache in one registry (issue 27)
+    "clear_caches": "inspector.core.caches",
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",
     # quantized weights (fp8, mxfp4, gptq, awq) as one logical leaf
     "QuantGroup": "inspector.core.quant",
     "quant_groups": "inspector.core.quant",
-    "dequantize": "inspector.streaming",
+    "dequantize": "inspector.ops",
     # checkpoints as people have them: foreign objects in pickles, kept inert
     "Opaque": "inspector.core.opaque",
     # the UI (imports panel when first used)

@@ -98,7 +98,7 @@ def load_all(paths: list[str]) -> dict:
     """
     import inspector
     from inspector.io.locate import is_url
-    from inspector.io.remote_failures import redact
+    from inspector.io.remote.failures import redact
 
     trees = {}
     for path in paths:

@@ -19,8 +19,10 @@ LAYERS = [
     ("entry points", {"inspector.main", "inspector.cli", "inspector.__main__"}),
 ]
 # The ground floor of the core: what every other core module reads leaves and devices with.
-GROUND = {"inspector.core.devices": {"inspector.core.errors"},
-          "inspector.core.leaves": {"inspector.core.devices", "inspector.core.errors"}}
+GROUND = {"inspector.core.caches": set(),
+          "inspector.core.devices": {"inspector.core.errors"},
+          "inspector.core.leaves": {"inspector.core.caches", "inspector.core.devices",
+                                    "inspector.core.errors"}}
 
 
 def _module_name(path: Path) -> str:

@@ -28,7 +28,19 @@ class ShardingError(InspectorError):
 
 
 class LoadError(InspectorError):
-    """A file or directory could not be read as a checkpoint."""
+    """A file or directory could not be read as a checkpoint: the file is at fault."""
+
+
+class MissingDependencyError(InspectorError, ImportError):
+    """An optional library a format or feature needs is not installed; the message names the
+    package and the pip command that installs it."""
+
+
+class ReaderBugError(RuntimeError):
+    """A reader failed in a way no file should make it fail: a bug in the inspector.
+
+    Not an `InspectorError` (the input is not at fault); raised `from` the original exception,
+    so its traceback is kept for the report."""
 
 
 def bullet_list(lines, limit: int = 50) -> str:

@@ -11,6 +11,7 @@ import math
 import jax
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.devices import device_name
 
 _JAX_ARRAY = jax.Array
@@ -70,3 +71,6 @@ def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None
         devs = leaf.sharding.device_set
         device = device_name(next(iter(devs))) if len(devs) == 1 else f"{len(devs)} devices"
     return shape, dtype_name(dtype), math.prod(shape) * np.dtype(dtype).itemsize, device
+
+
+caches.register_mapping("dtype names", _DTYPE_NAMES)

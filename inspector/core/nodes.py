@@ -15,6 +15,7 @@ import threading
 import jax
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.errors import TreeDepthError
 from inspector.core.lazy import LazyArray
 
@@ -99,9 +100,10 @@ def flatten(tree, with_path: bool = False):
     Raises:
         TreeDepthError: the tree contains itself or nests too deep for JAX to flatten; the
             message names the cycle's key path or the depth (JAX up to 0.10 reports a bare
-            `SystemError` from its C++ flattener). Where JAX flattens any depth (0.11 does),
-            a tree of more than `MAX_DEPTH` nodes is walked once per structure, as
-            `check_depth` does, and refused past `MAX_DEPTH` levels.
+            `SystemError` from its C++ flattener). A tree of more than `MAX_DEPTH` nodes
+            is walked once per structure, as `check_depth` does, and refused past
+            `MAX_DEPTH` levels: the same rule on every JAX (0.10 flattens up to about 950
+            levels, 0.11 any depth).
     """
     try:
         out = (tree_util.tree_flatten_with_path(tree) if with_path
@@ -116,7 +118,7 @@ def flatten(tree, with_path: bool = False):
             "the call stack around it was already deep. Flatten the tree's deepest branches."
         ) from e
     treedef = out[1]
-    if treedef.num_nodes > MAX_DEPTH and jax_flattens_any_depth() and treedef not in _SHALLOW:
+    if treedef.num_nodes > MAX_DEPTH and treedef not in _SHALLOW:
         check_depth(tree)  # raises past MAX_DEPTH; equal structures have equal depths
         with _SHALLOW_LOCK:
             _SHALLOW[treedef] = None
@@ -216,3 +218,7 @@ def _recursion_limit() -> int:
     import sys
 
     return sys.getrecursionlimit()
+
+
+caches.register_mapping("depth-checked structures", _SHALLOW, _SHALLOW_LOCK)
+caches.register_function("JAX depth probe", jax_flattens_any_depth)

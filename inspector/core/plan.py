@@ -26,6 +26,7 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.calls import Call, batch_call, carry, schedule
 from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
@@ -373,3 +374,6 @@ def _compile_missing(calls: list[Call], device) -> int:
     _THREAD.n = getattr(_THREAD, "n", 0) + sum(n for _, n, _ in results)
     _THREAD.seconds = getattr(_THREAD, "seconds", 0.0) + sum(s for _, _, s in results)
     return len(missing)
+
+
+caches.register("compiled kernels", clear_cache, cached_kernels)

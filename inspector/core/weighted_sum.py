@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import placement, validate
+from inspector.core import caches, placement, validate
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.leaves import dtype_name
@@ -250,3 +250,6 @@ def weighted_sum(trees, weights, device=None):
 
 
 register(weighted_sum, WEIGHTED_SUM)
+
+
+caches.register_function("weighted-sum dtypes", _dtypes)

@@ -22,20 +22,16 @@ import weakref
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import memory
+from inspector.core import caches, memory
 from inspector.core.devices import device_name, resolve_device
 from inspector.core.errors import InspectorError
-from inspector.core.lazy import read_ahead
-from inspector.core.packed import PackedTree, plan_layout
+from inspector.core.packed import PackedTree, plan_layout, read_packed
 
 DEFAULT_FRACTION = 0.75
 """The default budget: this fraction of (memory free now + what working sets hold), read anew
 each time it is needed, so it follows the machine (other programs starting or ending)."""
-
-_STAGING_BYTES = 64 * 2**20  # host bytes in flight while a tree is read onto its device
 
 _LOCK = threading.RLock()
 _ENTRIES: dict[tuple, _Entry] = {}  # (id(tree), device) -> the one held copy of that tree
@@ -307,59 +303,10 @@ def _evict_until(limit: int, keep: set) -> None:
         memory.give_back()
 
 
-def read_packed(tree, device) -> PackedTree:
-    """Returns `tree` packed into one buffer per dtype on `device`, each leaf read once.
-
-    Leaves are copied through a small host staging buffer into the device buffer (donated
-    and updated in place), so reading a checkpoint needs its device copy plus a few MiB, not
-    a second full host copy.
-    """
-    device = resolve_device(device)
-    if isinstance(tree, PackedTree):
-        return PackedTree(tree.layout, {g: jax.device_put(b, device)
-                                        for g, b in tree.buffers.items()})
-    layout, leaves = plan_layout(tree)
-    by_group: dict[str, list] = {g: [] for g in layout.sizes}
-    for leaf, slot in zip(leaves, layout.slots, strict=True):
-        by_group[slot.group].append((leaf, slot))
-    buffers = {g: _upload(by_group[g], n, np.dtype(g), device) for g, n in layout.sizes.items()}
-    return PackedTree(layout, buffers).with_dtypes(buffers)
+def _drop_all() -> None:
+    """Drops every tree held (read onto a device) by any working set; those being read stay."""
+    with _LOCK:
+        _evict_until(0, keep=set())
 
 
-def _upload(items: list, size: int, dtype: np.dtype, device) -> jax.Array:
-    dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
-    buffer = jnp.zeros((size,), dtype, device=device)
-    chunk = max(1, min(size, _STAGING_BYTES // dtype.itemsize))
-    staging = np.empty(chunk, dtype)
-    filled, start = 0, 0  # elements in staging; where staging[0] goes in the buffer
-
-    def flush(n):
-        nonlocal buffer
-        piece = jax.device_put(staging[:n], device)
-        buffer = _write(buffer, piece, np.int32(start))
-        piece.block_until_ready()  # staging is refilled next: its copy must be done
-
-    for value, (_, slot) in zip(read_ahead(leaf for leaf, _ in items), items, strict=True):
-        data = np.asarray(value).reshape(-1)
-        done = 0
-        while done < slot.size:
-            n = min(chunk - filled, slot.size - done)
-            staging[filled : filled + n] = data[done : done + n]
-            filled += n
-            done += n
-            if filled == chunk:
-                flush(filled)
-                start += filled
-                filled = 0
-        del data
-    if filled:
-        flush(filled)
-    return buffer
-
-
-def _write_piece(buffer, piece, start):
-    return jax.lax.dynamic_update_slice_in_dim(buffer, piece, start, axis=0)
-
-
-# The buffer is donated: each piece is written in place (one compile per piece length).
-_write = jax.jit(_write_piece, donate_argnums=0)
+caches.register("working set", _drop_all, lambda: len(_ENTRIES))

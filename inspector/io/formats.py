@@ -18,7 +18,7 @@ from inspector.io import (
     safetensors_format,
     torch_format,
 )
-from inspector.io.file_error import file_error
+from inspector.io.file_error import missing_library, reader_bug
 from inspector.io.locate import locate
 from inspector.io.location import ProgressCallback
 from inspector.io.sniff import sniff
@@ -43,6 +43,9 @@ SAVERS: dict[str, Callable[[dict[str, Any], str | os.PathLike], None]] = {
 """The writer of each format `save` writes, by name; the file suffix picks one by default."""
 
 _SUFFIXES = {".safetensors": "safetensors", ".npz": "npz"}
+
+_PACKAGES = {"ml_dtypes": "ml-dtypes", "orbax": "orbax-checkpoint", "yaml": "pyyaml"}
+"""The pip name of each module whose pip name differs from its import name."""
 
 
 _SAVED = "saved"
@@ -97,11 +100,15 @@ def load(
         leaves, plus the plain Python values some formats store (numbers, strings).
 
     Raises:
-        LoadError: the path does not exist, is not a format the inspector reads, is damaged,
-            refers to files outside its folder (or `root`), or would inflate more than
-            `max_inflate`; a URL cannot be reached (not found, refused, no answer in time,
-            access denied, truncated answer) or its filesystem is not installed. The message
-            names the file (a URL without credentials) and the problem.
+        LoadError: the file is at fault: the path does not exist, is not a format the
+            inspector reads, is damaged, refers to files outside its folder (or `root`), or
+            would inflate more than `max_inflate`; a URL cannot be reached (not found,
+            refused, no answer in time, access denied, truncated answer). The message names
+            the file (a URL without credentials) and the problem.
+        MissingDependencyError: the format (or the URL's filesystem) needs an optional
+            library that is not installed; the message names it and the pip command.
+        ReaderBugError: the reader failed in a way no file should make it fail (a bug in the
+            inspector, to report); the original exception is its `__cause__`.
         ShardingError: with `mesh`, leaves that do not fit their specs (every one listed).
 
     >>> import tempfile, numpy as np
@@ -142,13 +149,12 @@ def _read(path, root, max_inflate):
         with limits.applied(bounds):
             return LOADERS[fmt](path)
     except InspectorError:
-        raise
-    except Exception as exc:  # a format library's own error: still say which file, and why
-        raise file_error(
-            path,
-            f"reading it as {fmt} failed ({type(exc).__name__}: {exc})",
-            "The file is damaged, or was written by a version this reader does not know.",
-        ) from exc
+        raise  # the file's fault (LoadError), a missing library, a limit: said by the reader
+    except ImportError as exc:  # a library the reader imports that is not installed
+        package = _PACKAGES.get((exc.name or "").split(".")[0], exc.name or str(exc))
+        raise missing_library(path, package, f"reading {fmt} files") from exc
+    except Exception as exc:  # anything else is the reader's bug, never "a damaged file"
+        raise reader_bug(path, fmt, exc) from exc
 
 
 def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:

@@ -67,7 +67,14 @@ def load(path: str | os.PathLike | Location) -> dict:
     try:
         found: list[tuple[bytes, int]] = []
         # list first, open afterwards: opening datasets inside the visit callback is 3x slower
-        h5py.h5o.visit(fid, lambda name, info: found.append((name, info.type)), info=True)
+        try:
+            h5py.h5o.visit(fid, lambda name, info: found.append((name, info.type)), info=True)
+        except (OSError, RuntimeError) as exc:  # HDF5's errors on damaged object headers
+            raise file_error(
+                path,
+                f"its groups cannot be listed ({type(exc).__name__}: {exc})",
+                "The file is truncated or damaged; save it again.",
+            ) from exc
         root: dict[str, Any] = {}
         size = location.size()
         budget = InflateBudget(location, size)
@@ -82,14 +89,28 @@ def load(path: str | os.PathLike | Location) -> dict:
             if kind == h5py.h5o.TYPE_GROUP:
                 node.setdefault(last, {})
             elif kind == h5py.h5o.TYPE_DATASET:
-                did = h5py.h5d.open(fid, raw_name)
-                _check_storage(h5py, did, location, parts, size, budget)
-                leaf = _dataset(h5py, did, location, "/" + "/".join(parts))
+                leaf = _opened(h5py, fid, raw_name, location, parts, size, budget)
                 if leaf is not None:
                     node[last] = leaf
         return root
     finally:
         (remote_file or fid).close()
+
+
+def _opened(h5py, fid, raw_name: bytes, location, parts, size: int, budget) -> Any:
+    """The dataset's leaf, its storage checked; HDF5's errors on its damaged headers said."""
+    try:
+        did = h5py.h5d.open(fid, raw_name)
+        _check_storage(h5py, did, location, parts, size, budget)
+        return _dataset(h5py, did, location, "/" + "/".join(parts))
+    except InspectorError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:  # how h5py reports HDF5's
+        raise file_error(
+            location,
+            f"the dataset /{'/'.join(parts)} cannot be opened ({type(exc).__name__}: {exc})",
+            "The file is truncated or damaged; save it again.",
+        ) from exc
 
 
 def _check_storage(h5py, did, path, parts: list[str], size: int, budget: InflateBudget) -> None:

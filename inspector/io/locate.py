@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from inspector.io.location import DEFAULT_TIMEOUT, LocalFile, Location, ProgressCallback
-from inspector.io.remote import RemoteFile
+from inspector.io.remote.location import RemoteFile
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 

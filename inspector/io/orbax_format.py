@@ -35,7 +35,7 @@ import numpy as np
 from inspector.core.errors import bullet_list
 from inspector.core.lazy import LazyArray
 from inspector.io.dtypes import dtype_from_name
-from inspector.io.file_error import file_error
+from inspector.io.file_error import file_error, missing_library
 from inspector.io.limits import InflateBudget, confined, current
 from inspector.io.locate import locate
 from inspector.io.location import LocalFile, Location
@@ -56,6 +56,11 @@ EMPTY_KINDS = {
     "placeholder": lambda: None,  # a leaf deliberately not saved
 }
 """orbax leaf kinds that hold no data, and what they are shown as."""
+
+_NO_SHARDING = (
+    "Save the checkpoint again; or delete its _sharding file to read the arrays without "
+    "their saved layouts (they then show, and restore into a mesh, as replicated)."
+)
 
 _SEQUENCE = 1  # orbax's KeyType for list/tuple positions (2 is dict keys and attributes)
 
@@ -214,18 +219,15 @@ class _Store:
     """The tensorstore key-value store holding the arrays: OCDBT, or plain per-array folders.
 
     For a URL, tensorstore reads from the same place through its own http / s3 / gcs driver
-    (see `remote_tensorstore`); each wait is bounded by the location's timeout.
+    (see `remote.tensorstore_spec`); each wait is bounded by the location's timeout.
     """
 
     def __init__(self, path: Location):
         try:
             import tensorstore as ts
         except ImportError as exc:
-            raise file_error(
-                path,
-                "reading orbax checkpoints needs tensorstore, which is not installed",
-                "Install it with: pip install 'pytree-inspector[orbax]'",
-            ) from exc
+            raise missing_library(path, "tensorstore", "reading orbax checkpoints",
+                                  "pip install 'pytree-inspector[orbax]'") from exc
         self.ts, self.path = ts, path
         self.timeout = getattr(path, "timeout", None)
         self.ocdbt = path.child("manifest.ocdbt").exists()
@@ -323,32 +325,49 @@ def _shape(value) -> tuple[int, ...]:
 def _shardings(path: Location) -> dict:
     """`name -> SavedSharding` for arrays saved as a `NamedSharding`, from `_sharding`.
 
-    orbax keys the file by the base64 of each array's name and stores each sharding as JSON
-    text. The layout is shown, never needed to read the data, so entries that are missing,
-    damaged or of another kind (one device) are left out instead of refusing the checkpoint.
+    orbax keys the file by the URL-safe base64 of each array's name and stores each sharding
+    as JSON text. Entries of another kind (one device) are left out. A `_sharding` file that
+    is there but damaged is refused: read past, its arrays would show (and restore into a
+    mesh) as replicated, which is not how they were saved.
+
+    Raises:
+        LoadError: the file is not a JSON object, or some entries are damaged (each named).
     """
     from jax.sharding import PartitionSpec
 
     from inspector.core.sharding import SavedSharding
 
     sharding = path.child("_sharding")
-    try:
-        entries = json.loads(sharding.read_all()) if sharding.exists() else {}
-    except (OSError, ValueError):  # a LoadError (URL) is a ValueError: shown, never needed
+    if not sharding.exists():
         return {}
-    out = {}
-    for key, text in entries.items() if isinstance(entries, dict) else ():
+    try:
+        entries = json.loads(sharding.read_all())
+    except OSError as exc:
+        raise file_error(path, f"its _sharding file cannot be read ({exc})", _NO_SHARDING) from exc
+    except UnicodeDecodeError as exc:
+        raise file_error(path, f"its _sharding file is not text ({exc})", _NO_SHARDING) from exc
+    except json.JSONDecodeError as exc:
+        raise file_error(path, f"its _sharding file is not JSON ({exc})", _NO_SHARDING) from exc
+    if not isinstance(entries, dict):
+        raise file_error(path, "its _sharding file is not a JSON object", _NO_SHARDING)
+    out, damaged = {}, []
+    for key, text in entries.items():
         try:
-            name = base64.b64decode(key).decode()
+            name = base64.urlsafe_b64decode(key.encode()).decode()
             meta = json.loads(text)
+            if not isinstance(meta, dict):
+                raise TypeError("the entry is not a JSON object")
             if meta.get("sharding_type") != "NamedSharding":
                 continue
             spec = PartitionSpec(*(tuple(e) if isinstance(e, list) else e
                                    for e in meta["partition_spec"]))
             axes = dict(zip(meta["axis_names"], map(int, meta["shape"]), strict=True))
             out[name] = SavedSharding(spec, axes)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            damaged.append(f"entry {key!r:.60}: {type(exc).__name__}: {exc}")
+    if damaged:
+        raise file_error(path, f"its _sharding file has {len(damaged)} damaged entries",
+                         _NO_SHARDING, bullet_list(damaged))
     return out
 
 

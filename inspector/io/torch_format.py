@@ -35,7 +35,7 @@ from inspector.io.location import Location
 from inspector.io.pickle_objects import Foreign, key_text, to_opaque
 from inspector.io.pickle_scan import scan
 from inspector.io.torch_unpickler import StorageRef, TensorRef, TorchDtype, unpickle
-from inspector.io.zip_members import ZIP_ERRORS, data_offset, open_archive
+from inspector.io.zip_members import ZIP_ERRORS, data_offset, open_archive, read_member
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL_VERSION = 1001
@@ -91,11 +91,11 @@ def load_zip(path: str | os.PathLike | Location) -> Any:
         budget = InflateBudget(path, path.size())
         if info.compress_type != zipfile.ZIP_STORED:
             budget.charge(info.file_size, pkl)
-        data = archive.read(pkl)
+        data = read_member(archive, pkl, path, _RESAVE)
         scan(io.BytesIO(data), path, len(data))
         byteorder = b"little"
         if f"{prefix}byteorder" in names:
-            byteorder = archive.read(f"{prefix}byteorder").strip()
+            byteorder = read_member(archive, f"{prefix}byteorder", path, _RESAVE).strip()
         if byteorder not in (b"little", b"big"):
             raise file_error(path, f"its byteorder record says {byteorder!r:.40}", _RESAVE)
         storages: dict[str, StorageRef] = {}

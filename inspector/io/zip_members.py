@@ -45,6 +45,8 @@ def data_offset(f: BinaryIO, info: zipfile.ZipInfo) -> int | None:
     """
     if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
         return None
+    if info.header_offset < 0:  # the directory's offsets disagree with where it was found
+        raise ValueError(f"the local header of {info.filename!r} would start before the file")
     f.seek(info.header_offset)
     raw = f.read(_LOCAL_HEADER.size)
     if len(raw) < _LOCAL_HEADER.size:
@@ -60,6 +62,21 @@ def data_offset(f: BinaryIO, info: zipfile.ZipInfo) -> int | None:
             f"beyond the file's {size} bytes"
         )
     return offset
+
+
+def read_member(archive: zipfile.ZipFile, name: str, location, resave: str) -> bytes:
+    """Returns the bytes of member `name`, inflated and checked against its CRC.
+
+    Raises:
+        InspectorError: a URL that failed (its own message).
+        LoadError: the member is damaged (its local header, its data or its CRC).
+    """
+    try:
+        return archive.read(name)
+    except InspectorError:
+        raise
+    except ZIP_ERRORS as exc:
+        raise file_error(location, f"the zip member {name!r} is damaged ({exc})", resave) from exc
 
 
 def open_archive(location, resave: str) -> tuple[zipfile.ZipFile, BinaryIO]:

@@ -19,6 +19,7 @@ from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.result_view import ResultView
 from inspector.ui.run_status import RunStatus
+from inspector.ui.session.preselect import COMPARE, OPERATIONS, preselect
 from inspector.ui.session.state import InspectorState
 from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
 from inspector.ui.tree_view import TreeView
@@ -50,9 +51,10 @@ class InspectorApp(pn.viewable.Viewer):
     test): each costs server time per session and browser time before the tree shows.
     """
 
-    def __init__(self, state: InspectorState, **params):
+    def __init__(self, state: InspectorState, opens_on: str = OPERATIONS, **params):
         super().__init__(**params)
         self.state = state
+        self.opens_on = opens_on  # the tab shown first: OPERATIONS, or COMPARE (`preselect`)
         self.trees = TreeListView(state)
         self.examples = ExampleLoader(state)
         self.device = DeviceSelector(state)
@@ -120,16 +122,18 @@ class InspectorApp(pn.viewable.Viewer):
         compare = pmui.Card(title="Compare two trees", collapsible=False, **column)
         mesh = pmui.Card(title="Shard over a device mesh", collapsible=False, **column)
         later = {1: (compare, "diff"), 2: (mesh, "mesh")}
+        first = 1 if self.opens_on == COMPARE else 0
         self.tabs = pmui.Tabs((TABS[0], operate), (TABS[1], compare), (TABS[2], mesh),
-                              dynamic=True,
+                              dynamic=True, active=first,
                               sizing_mode="stretch_width", margin=(0, 0))
 
-        def opened(event):
-            card, view = later.get(event.new, (None, None))
+        def opened(active: int):
+            card, view = later.get(active, (None, None))
             if card is not None and not len(card):
                 card.append(getattr(self, view))
 
-        self.tabs.param.watch(opened, "active")
+        self.tabs.param.watch(lambda event: opened(event.new), "active")
+        opened(first)
         return [self.run_status, self.tabs]
 
     def __panel__(self):
@@ -140,23 +144,22 @@ class InspectorApp(pn.viewable.Viewer):
 def new_state(defaults: bool = True, background: bool = True, trees=(),
               root=None, remote_prefixes: list[str] | None = None) -> InspectorState:
     """A session state with the default examples (if `defaults`) and then `trees` (prepared
-    `LoadedTree`s) added: the first selected, the first two set up for comparing.
+    `LoadedTree`s) added and preselected (`preselect`: the first selected, the first two set
+    up for comparing, trees of one structure set up for their weighted sum).
     `remote_prefixes`: the URLs it may open (None: none; see `create_app`)."""
+    return new_session(defaults, background, trees, root, remote_prefixes)[0]
+
+
+def new_session(defaults: bool = True, background: bool = True, trees=(), root=None,
+                remote_prefixes: list[str] | None = None) -> tuple[InspectorState, str]:
+    """`new_state`, and the view the page opens on (`preselect.OPERATIONS` or `COMPARE`)."""
     root = default_root() if root is None else str(root)
     state = InspectorState(background=background, file_root=root,
                            remote_prefixes=remote_prefixes)
     if defaults:
         state.load_defaults()
     names = [state.add(loaded) for loaded in trees]
-    if names:
-        state.selected = names[0]
-    if len(names) >= 2:
-        state.param.update(diff_a=names[0], diff_b=names[1])
-        # Opened together to be merged, most often: the weighted sum (their mean) is set.
-        state.ops["weighted_sum"].param.update(trees=list(names),
-                                               weights=[1.0 / len(names)] * len(names))
-        state.op = "weighted_sum"
-    return state
+    return state, preselect(state, names)
 
 
 def _stop_following_busy(page: pmui.Page) -> None:
@@ -190,7 +193,8 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
         defaults: load the default examples (S1, S2, S3, MLP).
         background: run operations and loads in a worker thread (keep True when served).
         trees: `LoadedTree`s to add first (prepared once, shared by every session); the first
-            is selected, and the first two are set up for comparing (a, b).
+            is selected, and the first two are set up for comparing (a, b); trees of one
+            structure open on their weighted sum, a first two that differ on their comparison.
         root: the folder the file picker may open (None: `default_root()`; '': no picker).
         hosts: the `hosts.Leader` when served from several hosts (the launcher's
             `--num-processes`): the session's work on trees spread over every host's devices
@@ -204,10 +208,12 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
             from inspector.ui.session.checkpoint_files import remote_prefixes_from_env
 
             remote_prefixes = remote_prefixes_from_env()
-        state = new_state(defaults, background, trees, root, remote_prefixes)
+        state, opens_on = new_session(defaults, background, trees, root, remote_prefixes)
+    else:
+        opens_on = OPERATIONS
     if hosts is not None:
         state.hosts, state.session_id = hosts, hosts.new_session(list(state.trees))
-    app = InspectorApp(state)
+    app = InspectorApp(state, opens_on=opens_on)
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         # The browser session ended: release its working set, result and trees at once.
         pn.state.on_session_destroyed(lambda context: state.close())

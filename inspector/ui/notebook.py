@@ -28,6 +28,7 @@ import param
 from inspector import InspectorError
 from inspector.ui import notebook_patches
 from inspector.ui.app import InspectorApp
+from inspector.ui.session.preselect import COMPARE, preselect
 from inspector.ui.session.state import InspectorState
 
 SOURCE = "notebook"
@@ -38,11 +39,11 @@ class Inspector(pn.viewable.Viewer):
 
     A single positional tree is named `tree`, several are `tree0`, `tree1`, ...; keyword trees
     keep their keyword. Trees of one structure are preselected for the weighted sum (uniform
-    weights) and for stacking; the first two are set up for comparing, and two trees that
-    differ open on the comparison. `.state` is the session state (`InspectorState`): set its
-    params from code to drive the widget, e.g. `insp.state.ops['weighted_sum'].weights =
-    [1, 2, 3]`, then `insp.run()`; `.tabs`
-    switches between the operations and the comparison.
+    weights) and for stacking; the first two are set up for comparing, and open on the
+    comparison when they differ in structure. `.state` is the session state
+    (`InspectorState`): set its params from code to drive the widget, e.g.
+    `insp.state.ops['weighted_sum'].weights = [1, 2, 3]`, then `insp.run()`; `.tabs` switches
+    between the operations and the comparison.
 
     Args:
         examples: also load the app's built-in example trees.
@@ -64,7 +65,7 @@ class Inspector(pn.viewable.Viewer):
             f"tree{i}": tree for i, tree in enumerate(trees)}
         given = [self.state.add_tree(name, tree, SOURCE)
                  for name, tree in {**positional, **named}.items()]
-        same = _preselect(self.state, given)
+        opens_on = preselect(self.state, given)
         self.examples = examples
         self.app = app = InspectorApp(self.state)
         card = dict(margin=(5, 5), sizing_mode="stretch_width", collapsible=False)
@@ -76,7 +77,7 @@ class Inspector(pn.viewable.Viewer):
         compare = pmui.Card(app.diff, title="Compare two trees", **card)
         # dynamic: the comparison is drawn only once its tab is opened
         self.tabs = pmui.Tabs(("Operations", operate), ("Compare trees", compare), dynamic=True,
-                              active=int(len(given) == 2 and not same),
+                              active=int(opens_on == COMPARE),
                               sizing_mode="stretch_width", margin=(0, 0))
 
     def __panel__(self):
@@ -186,29 +187,6 @@ def _in_kernel() -> bool:
         return False
     shell = get_ipython()
     return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-def _preselect(state: InspectorState, names: list[str]) -> bool:
-    """Selects the first tree, sets up the ops for the trees of its structure and the first two
-    trees for comparing; returns whether all the trees have one structure."""
-    if not names:
-        return True
-    first = state.trees[names[0]].index.rows
-    same = [n for n in names if _same_structure(state.trees[n].index.rows, first)]
-    update: dict = {"selected": names[0]}
-    if len(same) >= 2:
-        state.ops["weighted_sum"].param.update(trees=same, weights=[1 / len(same)] * len(same))
-        state.ops["stack"].trees = same
-    if len(names) >= 2:
-        update.update(diff_a=names[0], diff_b=names[1])
-    state.param.update(**update)
-    return len(same) == len(names)
-
-
-def _same_structure(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(
-        (x.path, x.kind, x.shape, x.dtype) == (y.path, y.kind, y.shape, y.dtype)
-        for x, y in zip(a, b, strict=True))
 
 
 # Fonts ------------------------------------------------------------------------------------------

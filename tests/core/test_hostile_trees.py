@@ -86,14 +86,16 @@ def test_jax_itself_fails_with_a_bare_system_error_which_is_why_the_guard_exists
         jax.tree_util.tree_flatten(nested(5000))
 
 
-def test_where_jax_flattens_any_depth_the_guard_walks_each_large_structure_once(monkeypatch):
-    """JAX 0.11 flattens 5,000 levels (seen on a GPU machine's jax 0.11.2): `flatten` then
-    walks a structure of more than MAX_DEPTH nodes itself, once, and refuses it past the
-    limit. Here JAX 0.10 is told it is such a JAX: 600 levels flatten without error there."""
-    monkeypatch.setattr(nodes, "jax_flattens_any_depth", lambda: True)
-    for op in ("pack", "weighted_sum", "stack", "index_whole"):
-        with pytest.raises(TreeDepthError, match="The tree nests 600 levels deep"):
-            OPS[op](nested(600))
+@pytest.mark.parametrize("op", OPS)
+def test_every_entry_point_refuses_one_level_past_the_limit_on_this_jax(op):
+    """No monkeypatch: JAX 0.10 flattens 501 levels without error, 0.11 any depth; on either,
+    every op refuses the tree past `MAX_DEPTH` the same way (`run` adds two levels)."""
+    depth = nodes.MAX_DEPTH + 1 - (2 if op == "run" else 0)
+    with pytest.raises(TreeDepthError, match="The tree nests 501 levels deep"):
+        OPS[op](nested(depth))
+
+
+def test_the_guard_walks_each_large_structure_once():
     wide = {f"k{i}": [np.float32(i)] for i in range(600)}  # 1,201 nodes, 2 levels
     treedef = jax.tree_util.tree_structure(wide)
     nodes._SHALLOW.pop(treedef, None)
@@ -112,6 +114,8 @@ def test_trees_up_to_the_limit_work_everywhere():
     leaf = jax.tree.leaves(out)[0]
     np.testing.assert_array_equal(np.asarray(leaf), np.arange(3) * 3.0)
     assert jax.tree.leaves(inspector.index(tree, 1))[0] == 1.0
+    for op in sorted(set(OPS) - {"run", "index_by_itself"}):  # run: two levels more; an array
+        OPS[op](tree)  # no error at the limit                 # is no index
 
 
 def test_one_level_more_is_refused_with_the_depth():

@@ -87,7 +87,9 @@ def test_float32_against_numpy_float64(method, n, params, packed):
 
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16])
 @pytest.mark.parametrize("method", ["linear", "ties", "slerp", "model_stock"])
-def test_half_precision_is_computed_in_float32_and_cast_once(method, dtype):
+def test_half_precision_is_within_an_ulp_of_float32_cast_once(method, dtype):
+    # a tolerance: a merge computed wholly in the half type passes it too; test_half_precision.py
+    # holds the exact test (linear and task_arithmetic) that such a merge fails
     base, trees = models(2, dtype=dtype, seed=7)
     params = {"linear": {"weights": [0.3, 0.7]}, "ties": {"weights": [1, 1], "density": 0.5},
               "slerp": {"t": 0.4}, "model_stock": {}}[method]

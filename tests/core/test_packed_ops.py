@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 import inspector
 from inspector import PackedTree, StructureMismatchError, format_index
+from inspector.core.index.packed import _passes
 from inspector.core.op import Op
-from inspector.core.packed_index import _passes
 
 DTYPES = [np.float32, np.int32, ml_dtypes.bfloat16, np.float16, np.uint8]
 
@@ -185,7 +185,7 @@ def test_packs_of_one_structure_share_one_layout_object():
 
 
 def test_a_cached_index_plan_never_returns_stale_values():
-    from inspector.core.packed_index import cached_recipes
+    from inspector.core.index.packed import cached_recipes
 
     index_tree = {"emb": 1, "layers": "0", "none": None}
     first = make_trees(3, [(4, 2), (3,)], [np.float32, np.int32], 4)

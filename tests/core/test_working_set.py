@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.core import working_set
+from inspector.core import packed, working_set
 from inspector.core.devices import device_name
+from inspector.core.packed import read_packed
 from inspector.core.working_set import WorkingSet
 from tests.core.test_streaming import Tracker
 from tests.helpers import assert_tree_allclose
@@ -31,7 +32,7 @@ def lazy_tree(tracker, seed, n=6, shape=(40, 25)):
 
 
 def test_read_once_then_reused_by_every_op(monkeypatch):
-    monkeypatch.setattr(working_set, "_STAGING_BYTES", 1000)  # leaves span staging chunks
+    monkeypatch.setattr(packed, "_STAGING_BYTES", 1000)  # leaves span staging chunks
     tracker = Tracker()
     (va, a), (vb, b) = lazy_tree(tracker, 0), lazy_tree(tracker, 1)
     ws = WorkingSet()
@@ -111,6 +112,6 @@ def test_read_packed_equals_pack_for_every_dtype():
             "i": rng.integers(-9, 9, size=(2, 2)).astype(np.int32),
             "u": rng.integers(0, 9, size=(3,)).astype(np.uint8), "none": None,
             "bf": rng.normal(size=(6,)).astype(ml_dtypes.bfloat16)}
-    got = working_set.read_packed(tree, None)
+    got = read_packed(tree, None)
     assert all(isinstance(b, jax.Array) for b in got.buffers.values())
     assert_tree_allclose(got, tree, rtol=0, same_dtype=True)

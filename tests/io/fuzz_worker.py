@@ -4,8 +4,9 @@
 
 One path per line in; one JSON line out per path: `{"verdict": "loaded" | "refused" | "bug",
 "seconds": ..., "detail": ...}`. "bug" is any exception other than `LoadError` (a
-`MemoryError` from the cap included), with its traceback. The cap (RLIMIT_AS) is set before
-the format libraries are imported, so it bounds everything a load allocates.
+`ReaderBugError`, a `MissingDependencyError`, a `MemoryError` from the cap included), with its
+traceback. The cap (RLIMIT_AS) is set before the format libraries are imported, so it bounds
+everything a load allocates.
 """
 
 from __future__ import annotations
@@ -35,24 +36,33 @@ def _read_every_leaf(tree, depth: int = 0) -> int:
     return 0
 
 
-def main() -> None:
-    limit = int(sys.argv[1])
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def verdict(path: str) -> tuple[str, str]:
+    """Loads `path` and reads every leaf: ("loaded" | "refused" | "bug", detail).
+
+    Only a `LoadError` (the file's fault) is a clean refusal. A `ReaderBugError`, a
+    `MissingDependencyError`, a `MemoryError` or any other exception is a "bug".
+    """
     from inspector.core.errors import LoadError
     from inspector.io import load
 
+    try:
+        return "loaded", f"{_read_every_leaf(load(path))} leaves read"
+    except LoadError as exc:
+        return "refused", str(exc).splitlines()[0][:300]
+    except BaseException:  # noqa: BLE001 - every other exception is what the fuzz looks for
+        return "bug", traceback.format_exc()[-6000:]
+
+
+def main() -> None:
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import inspector.io  # noqa: F401  (the format libraries, under the cap)
+
     for line in sys.stdin:
-        path = line.rstrip("\n")
         start = time.perf_counter()
-        try:
-            leaves = _read_every_leaf(load(path))
-            verdict, detail = "loaded", f"{leaves} leaves read"
-        except LoadError as exc:
-            verdict, detail = "refused", str(exc).splitlines()[0][:300]
-        except BaseException:  # noqa: BLE001 - every other exception is what the fuzz looks for
-            verdict, detail = "bug", traceback.format_exc()[-3000:]
+        result, detail = verdict(line.rstrip("\n"))
         seconds = time.perf_counter() - start
-        print(json.dumps({"verdict": verdict, "seconds": seconds, "detail": detail}), flush=True)
+        print(json.dumps({"verdict": result, "seconds": seconds, "detail": detail}), flush=True)
 
 
 if __name__ == "__main__":

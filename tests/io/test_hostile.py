@@ -52,11 +52,15 @@ REFUSED = {
     ],
     "torch_compressed_storage_bomb.pt": ["would inflate 335544320 bytes", "archive/data/0", _BOMB],
     "torch_compressed_pickle_bomb.pt": ["would inflate", "archive/data.pkl", _BOMB],
+    "torch_pickle_crc_mismatch.pt": ["the zip member 'archive/data.pkl' is damaged",
+                                     "Bad CRC-32"],
     # NumPy
     "npz_deflate_bomb.npz": ["would inflate", "member 'w.npy'", _BOMB],
     "npz_declared_size_mismatch.npz": ["its .npy header declares float32[1073741824]"],
     "npz_stored_member_past_end.npz": ["beyond the file's 252 bytes"],
     "npz_object_array.npz": ["holds Python objects"],
+    "npz_directory_offset_past_itself.npz": ["the local header of 'w.npy' would start before "
+                                             "the file"],
     "npy_shape_past_data.npy": ["its .npy header declares float32[1099511627776]"],
     # safetensors
     "safetensors_offsets_past_end.safetensors": ["beyond the 16-byte data section"],

@@ -123,6 +123,41 @@ def test_array_metadata_missing(tmp_path):
     )
 
 
+def _sharded(path):
+    """A checkpoint of arrays saved as `NamedSharding`s on a one-device mesh, by orbax."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    x = jax.device_put(jnp.arange(4.0), NamedSharding(jax.make_mesh((1,), ("data",)),
+                                                       PartitionSpec("data")))
+    return _save(path, {"w": x, "w>>?": x, "b": jnp.ones(2)})
+
+
+def test_saved_shardings_keyed_by_url_safe_base64(tmp_path):
+    path = _sharded(tmp_path / "ckpt")
+    entries = json.loads((path / "_sharding").read_text())
+    assert "dz4-Pw==" in entries  # orbax's key for "w>>?": URL-safe base64 ("-", not "+")
+    tree = load(path)
+    assert {k: None if v.sharding is None else (tuple(v.sharding.spec), v.sharding.axes)
+            for k, v in tree.items()} == {
+        "w": (("data",), {"data": 1}), "w>>?": (("data",), {"data": 1}), "b": None}
+
+
+def test_damaged_sharding_file_is_refused_not_read_as_replicated(tmp_path):
+    path = _sharded(tmp_path / "ckpt")
+    entries = json.loads((path / "_sharding").read_text())
+    (path / "_sharding").write_text(json.dumps(entries)[:-9])
+    assert_load_error(path, "its _sharding file is not JSON",
+                      "delete its _sharding file to read the arrays without their saved layouts")
+    meta = json.loads(entries["dw=="])
+    del meta["partition_spec"]
+    entries["dw=="] = json.dumps(meta)
+    (path / "_sharding").write_text(json.dumps(entries))
+    assert_load_error(path, "its _sharding file has 1 damaged entries",
+                      "entry 'dw==': KeyError: 'partition_spec'")
+    (path / "_sharding").write_text("[]")
+    assert_load_error(path, "its _sharding file is not a JSON object")
+
+
 def _retype(path, key: str, value_type: str) -> None:
     metadata = json.loads((path / "_METADATA").read_text())
     metadata["tree_metadata"][f"('{key}',)"] = {

@@ -14,8 +14,8 @@ import pytest
 import requests
 
 import inspector
-from inspector.core.errors import LoadError
-from inspector.io.remote import CHUNK_BYTES, HEAD_BYTES
+from inspector.core.errors import LoadError, MissingDependencyError
+from inspector.io.remote.location import CHUNK_BYTES, HEAD_BYTES
 from tests.io.servers import RangeServer, SilentServer, refused_url, s3_serving
 
 FORMATS = {  # name -> (what to load, below the server root; most requests for its structure)
@@ -231,9 +231,12 @@ def test_a_missing_filesystem_names_the_extra(monkeypatch, url, module):
     protocol = url.split("://")[0]
     monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
     monkeypatch.setitem(sys.modules, module, None)
-    message = _fails_within(url, 5, f"Cannot load {url}: reading {protocol}:// URLs needs a "
-                            "filesystem that is not installed")
-    assert "pip install 'pytree-inspector[remote]'" in message
+    with pytest.raises(MissingDependencyError) as caught:
+        inspector.load(url)
+    assert str(caught.value) == (
+        f"Cannot load {url}: reading {protocol}:// URLs needs {module}, which is not installed.\n"
+        "Install it with: pip install 'pytree-inspector[remote]'")
+    assert isinstance(caught.value, ImportError) and not isinstance(caught.value, LoadError)
 
 
 def test_gs_and_hf_failures_are_load_errors_naming_the_url():

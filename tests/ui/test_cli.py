@@ -81,3 +81,55 @@ def test_a_wider_address_needs_explicit_origins_and_warns(tmp_path, monkeypatch,
     assert cli.main(["--no-show", "--root", str(tmp_path)]) == 0  # the default: no warning
     assert capsys.readouterr().err == ""
     assert calls["address"] == "127.0.0.1" and calls["origins"] is None
+
+
+def _launched_page(tmp_path, monkeypatch, files: dict):
+    """The page one session of `pytree-inspector FILE...` shows: the launcher's own loading,
+    then the page `serve` builds for each session (no server started)."""
+    for name, tree in files.items():
+        inspector.save(tree, tmp_path / name)
+    calls = {}
+    monkeypatch.setattr(app, "serve", lambda trees, **kwargs: calls.update(trees=trees))
+    assert cli.main([str(tmp_path / name) for name in files] + ["--no-show"]) == 0
+    from inspector.ui.session.loaded import prepare
+
+    prepared = [prepare(n, t, "command line") for n, t in calls["trees"].items()]
+    return app.create_app(background=False, defaults=False, trees=prepared, root=tmp_path)
+
+
+def _layer(seed: int, width: int = 3) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"w": rng.standard_normal((width, 2)).astype(np.float32), "b": np.zeros(2, np.float32)}
+
+
+def test_checkpoints_of_one_structure_open_on_their_weighted_sum(tmp_path, monkeypatch):
+    files = {f"m{i}.safetensors": _layer(i) for i in range(3)}
+    page = _launched_page(tmp_path, monkeypatch, files)
+    state, tabs = page.inspector.state, page.inspector.tabs
+    assert tabs.active == 0 and state.op == "weighted_sum" and state.selected == "m0.safetensors"
+    assert state.ops["weighted_sum"].trees == list(files)
+    assert state.ops["weighted_sum"].weights == [1 / 3] * 3
+    state.param.trigger("run")
+    mean = sum(np.float64(t["w"]) for t in files.values()) / 3
+    result = state.result.result
+    result = result.unpack() if isinstance(result, inspector.PackedTree) else result
+    np.testing.assert_allclose(np.asarray(result["w"]), mean, rtol=1e-6)
+
+
+def test_checkpoints_of_different_structures_open_on_their_comparison(tmp_path, monkeypatch):
+    files = {"small.safetensors": _layer(0), "wide.safetensors": _layer(1, width=5)}
+    page = _launched_page(tmp_path, monkeypatch, files)
+    view, state = page.inspector, page.inspector.state
+    assert view.tabs.active == 1 and len(view.tabs[1]) == 1  # the Compare tab, drawn
+    assert (state.diff_a, state.diff_b) == ("small.safetensors", "wide.safetensors")
+    assert "wide.safetensors" not in state.ops["weighted_sum"].trees
+    assert state.error == "" and "Cannot" not in state.form_error  # was "Cannot take a
+    # weighted sum ... 2 differences" in red: the form now holds no trees of another structure
+    assert [(d.path, d.kind) for d in state.diff_result.differences] == [("['w']", "shape")]
+
+
+def test_one_checkpoint_opens_on_its_tree(tmp_path, monkeypatch):
+    page = _launched_page(tmp_path, monkeypatch, {"only.npz": _layer(0)})
+    state = page.inspector.state
+    assert page.inspector.tabs.active == 0 and state.selected == "only.npz"
+    assert state.ops["weighted_sum"].trees == [] and state.error == ""

@@ -153,7 +153,7 @@ def open_remote(url: str, prefixes: list[str] | None, progress=None) -> LoadedTr
         LoadError: the URL cannot be read or is not a checkpoint (the message names it).
     """
     from inspector.io.locate import is_url
-    from inspector.io.remote_failures import redact
+    from inspector.io.remote.failures import redact
 
     url = url.strip()
     if not is_url(url):

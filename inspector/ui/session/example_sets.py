@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 from inspector import examples
+from inspector.core import caches
 from inspector.ui.session.loaded import LoadedTree, prepare
 
 # What loading an example sets up, so that its scenario is one click from running: the op to
@@ -29,6 +30,7 @@ EXAMPLE_SETTINGS = {
 
 _EXAMPLE_CACHE: dict[str, list[LoadedTree]] = {}
 _EXAMPLE_LOCK = threading.Lock()
+caches.register_mapping("example trees", _EXAMPLE_CACHE, _EXAMPLE_LOCK)
 
 
 def example_trees(name: str) -> list[LoadedTree]:

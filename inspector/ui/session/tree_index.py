@@ -16,6 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.node_text import human_bytes, human_count, node_text, shape_text, totals_text
 from inspector.ui.session.quant_rows import WARNING, badges, logical_key, quant_rows
 
@@ -495,6 +496,7 @@ class _Children:
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 32
+caches.register_mapping("tree indexes", _CACHE, _CACHE_LOCK)
 
 
 def index_for(tree, rows: list | None = None) -> TreeIndex:

@@ -274,6 +274,15 @@ def _(path):  # data.pkl: a valid pickle, then BOMB_BYTES of zeros after its STO
             _zeros_writer(BOMB_BYTES)(member)
 
 
+@case("torch_pickle_crc_mismatch.pt")
+def _(path):  # one byte of data.pkl changed after zipping: its CRC-32 no longer matches
+    data_pkl = _state_dict({"w": _tensor_ops("0", 2, 0, (2,), (1,))})
+    _torch_zip(path, data_pkl, {"0": bytes(8)})
+    data = bytearray(path.read_bytes())
+    data[data.index(data_pkl) + len(data_pkl) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
 # --- NumPy ---------------------------------------------------------------------------------
 
 
@@ -307,6 +316,17 @@ def _(path):  # the central directory claims the stored member is 1 MiB longer t
     for field in (20, 24):  # compressed and uncompressed sizes
         (size,) = struct.unpack_from("<I", data, central + field)
         struct.pack_into("<I", data, central + field, size + 2**20)
+    path.write_bytes(bytes(data))
+
+
+@case("npz_directory_offset_past_itself.npz")
+def _(path):  # the end record puts the central directory 100 bytes later than it is
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("w.npy", _npy_header((4,)) + bytes(16))
+    data = bytearray(path.read_bytes())
+    end = data.rindex(b"PK\x05\x06")
+    (offset,) = struct.unpack_from("<I", data, end + 16)
+    struct.pack_into("<I", data, end + 16, offset + 100)  # zipfile then puts w.npy at -100
     path.write_bytes(bytes(data))
 
 

@@ -19,7 +19,7 @@ from inspector.core.errors import (
     StructureMismatchError,
     bullet_list,
 )
-from inspector.core.index_parse import format_index, parse_index
+from inspector.core.index.parse import format_index, parse_index
 
 INDEX_ATOMS = (int, np.integer, slice, type(Ellipsis), str)
 

@@ -1,6 +1,8 @@
-"""Public ops that can stream their result into a file (`out=`): larger-than-memory results.
+"""Every public op in one place: `weighted_sum`, `merge`, `index`, `stack`, `unstack`, `dequantize`.
 
-The core computes (`inspector.core.lazy_result`: one output leaf at a time, on read); io writes
+`index`, `stack` and `unstack` are the core's own functions. `weighted_sum` and `merge` add
+`out=`: the result streamed into a file, for results larger than memory. The core computes
+(`inspector.core.lazy_result`: one output leaf at a time, on read); io writes
 (`inspector.io.streaming.write_streamed`: leaf by leaf, atomically). This module joins the two
 for the public API, the one layer that sees both.
 """
@@ -11,11 +13,15 @@ import os
 
 from inspector.core import merge as _merge
 from inspector.core import weighted_sum as _ws
+from inspector.core.index.indexing import index
 from inspector.core.lazy_result import lazy_result
 from inspector.core.op import register
 from inspector.core.packed import PackedTree
 from inspector.core.quant import dequantize as _dq
+from inspector.core.stacking import stack, unstack
 from inspector.io.streaming import write_streamed
+
+__all__ = ["dequantize", "index", "merge", "stack", "unstack", "weighted_sum"]
 
 
 def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = None,

@@ -26,10 +26,10 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from inspector.core.errors import InspectorError, LoadError
-from inspector.io.file_error import file_error
+from inspector.io.file_error import file_error, missing_library
 from inspector.io.location import Location, ProgressCallback, ReadProgress
-from inspector.io.range_file import BLOCK_BYTES, RangeFile
-from inspector.io.remote_failures import NOT_FOUND, classify, clean, redact
+from inspector.io.remote.failures import NOT_FOUND, classify, clean, redact
+from inspector.io.remote.range_file import BLOCK_BYTES, RangeFile
 
 HEAD_BYTES = 64 * 1024
 """The first bytes of a file, fetched once: magic bytes and (usually) the whole header."""
@@ -44,7 +44,7 @@ request costs more than the bytes between them (a small member's data)."""
 PARALLEL = 8
 SMALL_PARALLEL = 32  # for small ranges (npz member headers): requests, not bytes, dominate
 
-EXTRA_HINT = "Install the remote filesystems with: pip install 'pytree-inspector[remote]'"
+EXTRA_COMMAND = "pip install 'pytree-inspector[remote]'"
 
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="inspector-io")
 
@@ -72,16 +72,16 @@ class RemoteFile(Location):
         try:
             import fsspec
             import fsspec.core
+            from fsspec.registry import known_implementations
         except ImportError as exc:
-            raise file_error(name, "reading URLs needs fsspec, which is not installed",
-                             EXTRA_HINT) from exc
+            raise missing_library(name, "fsspec", "reading URLs", EXTRA_COMMAND) from exc
         try:
             fs, fs_path = fsspec.core.url_to_fs(url, **_with_timeouts(protocol, options, timeout))
         except ImportError as exc:
-            raise file_error(
-                name, f"reading {protocol}:// URLs needs a filesystem that is not installed "
-                f"({clean(str(exc), url, options)})", EXTRA_HINT
-            ) from exc
+            known = known_implementations.get(protocol, {})
+            package = exc.name or known.get("class", "").split(".")[0] or f"a {protocol} filesystem"
+            raise missing_library(name, package, f"reading {protocol}:// URLs",
+                                  EXTRA_COMMAND) from exc
         except (ValueError, TypeError) as exc:
             raise file_error(
                 name, f"fsspec cannot open {protocol}:// URLs with these storage_options "
@@ -220,7 +220,7 @@ class RemoteFile(Location):
         return out
 
     def tensorstore_kvstore(self) -> dict:
-        from inspector.io.remote_tensorstore import kvstore_spec
+        from inspector.io.remote.tensorstore_spec import kvstore_spec
 
         return kvstore_spec(self)
 

@@ -14,7 +14,8 @@ import numpy as np
 from inspector.core import nodes, placement
 from inspector.core.devices import resolve_device
 from inspector.core.errors import IndexOutOfRangeError, InspectorError
-from inspector.core.index_rules import (
+from inspector.core.index.packed import plan_packed_index
+from inspector.core.index.rules import (
     index_kernel,
     index_pairs,
     normalize_index,
@@ -27,7 +28,6 @@ from inspector.core.op import Op, register
 from inspector.core.opaque import Opaque
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree, unpacked
-from inspector.core.packed_index import plan_packed_index
 from inspector.core.plan import Call, Plan
 
 

@@ -29,9 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from inspector.core import nodes
+from inspector.core import caches, nodes
 from inspector.core.errors import IndexOutOfRangeError, InspectorError
-from inspector.core.index_rules import (
+from inspector.core.index.rules import (
     INDEX_ATOMS,
     index_kernel,
     index_pairs,
@@ -289,3 +289,6 @@ def _packed_kernel(runs):
         return out
 
     return kernel
+
+
+caches.register_mapping("packed index plans", _RECIPES, _LOCK)
