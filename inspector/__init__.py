@@ -68,6 +68,11 @@ _EXPORTS = {
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",
+    # GGUF and sharded checkpoints: file-level facts, index checks
+    "file_info": "inspector.io.file_info",
+    "FileInfo": "inspector.io.file_info",
+    "check_index": "inspector.io.sharded_index",
+    "IndexProblem": "inspector.io.sharded_index",
     # the UI (imports panel when first used)
     "show": "inspector.ui.notebook",
     "Inspector": "inspector.ui.notebook",

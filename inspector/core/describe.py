@@ -33,6 +33,8 @@ class Row(NamedTuple):
             (`PartitionSpec('data', None) over data=4, model=2`, `replicated over 8 devices`,
             or the sharding a checkpoint was saved with); `None` for one device, host arrays
             and inner nodes.
+        quant: how a quantized weight is stored, in words (a GGUF tensor:
+            `'Q4_K · 4.5 bits/value · 1.1 MiB in the file'`); `None` elsewhere.
     """
 
     path: str
@@ -48,6 +50,7 @@ class Row(NamedTuple):
     n_children: int
     device: str | None
     sharding: str | None = None
+    quant: str | None = None
 
 
 def describe(tree) -> list[Row]:
@@ -102,8 +105,9 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
         # on a device, or a checkpoint leaf saved sharded (100k-leaf trees: skip the rest)
         sharding = sharding_text(node) if device is not None or (
             type(node) is LazyArray and node.sharding is not None) else None
+        quant = node.quant if type(node) is LazyArray else None
         rows.append(_row(path, key, depth, kind, type(node).__name__, shape, dtype, nbytes,
-                         1, n_params, 0, device, sharding))
+                         1, n_params, 0, device, sharding, quant))
         return nbytes, 1, n_params
     if depth >= _max_depth and kids:
         raise nodes.DepthExceeded
