@@ -90,6 +90,7 @@ def _safetensors_metadata(location: Location) -> dict[str, Any]:
     if header_len > min(location.size() - 8, safetensors_format.MAX_HEADER_BYTES):
         return {}  # `load` says what is wrong with the header
     header = safetensors_format._read_json(
-        location, header_len, "the safetensors header", location.read(8, 8 + header_len))
+        location, header_len, "the safetensors header", location.read(8, 8 + header_len)
+    )
     value = header.get("__metadata__") if isinstance(header, dict) else None
     return value if isinstance(value, dict) else {}

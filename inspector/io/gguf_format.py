@@ -82,8 +82,9 @@ def metadata(path: str | os.PathLike | Location) -> dict[str, Any]:
 def ggml_types() -> dict[int, tuple[str, int, int]]:
     """ggml type code -> (name, values per block, bytes per block), as `gguf` knows them."""
     constants = _gguf("constants")
-    return {int(t): (t.name, block, nbytes) for t, (block, nbytes) in
-            constants.GGML_QUANT_SIZES.items()}
+    return {
+        int(t): (t.name, block, nbytes) for t, (block, nbytes) in constants.GGML_QUANT_SIZES.items()
+    }
 
 
 def quant_text(tensor: TensorInfo) -> str:
@@ -100,8 +101,13 @@ def _leaf(location: Location, tensor: TensorInfo) -> LazyArray:
         dtype = dtype_from_name(plain)
         reader = location.array_reader(tensor.offset, dtype.newbyteorder("<"), tensor.shape)
         return LazyArray(tensor.shape, dtype.newbyteorder("="), reader, source=source)
-    return LazyArray(tensor.shape, np.float32, _dequantizer(location, tensor), source=source,
-                     quant=quant_text(tensor))
+    return LazyArray(
+        tensor.shape,
+        np.float32,
+        _dequantizer(location, tensor),
+        source=source,
+        quant=quant_text(tensor),
+    )
 
 
 def _dequantizer(location: Location, tensor: TensorInfo):

@@ -32,7 +32,7 @@ ARRAY_KEPT = 64
 _INT64_MAX = 2**63 - 1
 _CHUNK = 1 << 20
 
-_STRING, _ARRAY = 8, 9
+_UINT32, _STRING, _ARRAY = 4, 8, 9
 _SCALARS = {  # GGUF value type -> (name, struct format)
     0: ("uint8", "<B"), 1: ("int8", "<b"), 2: ("uint16", "<H"), 3: ("int16", "<h"),
     4: ("uint32", "<I"), 5: ("int32", "<i"), 6: ("float32", "<f"), 7: ("bool", "<?"),
@@ -167,7 +167,9 @@ def read_header(location: Location, ggml_types: dict[int, tuple[str, int, int]])
         if key in metadata:
             raise file_error(location, f"the key {key!r} appears twice", "The file is damaged.")
         kind = cursor.u32(f"the type of key {key!r}")
-        metadata[key] = _value(cursor, kind, key, location)
+        metadata[key] = value = _value(cursor, kind, key, location)
+        if key == "general.alignment" and kind != _UINT32:
+            raise file_error(location, f"general.alignment is {value!r}, not a uint32")
     alignment = _alignment(metadata, location)
     infos = [_tensor_info(cursor, location, ggml_types) for _ in range(n_tensors)]
     data_start = -(-cursor.pos // alignment) * alignment
@@ -199,12 +201,16 @@ def _value(cursor: _Cursor, kind: int, key: str, location) -> Any:
         unpack = _STRUCTS[item]
         start = cursor.need(_checked_length(cursor, n, unpack.size, key, location), repr(key))
         kept = n if n <= ARRAY_KEPT else ARRAY_HEAD
-        head = tuple(unpack.unpack_from(cursor.buffer, start + j * unpack.size)[0]
-                     for j in range(kept))
+        head = tuple(
+            unpack.unpack_from(cursor.buffer, start + j * unpack.size)[0] for j in range(kept)
+        )
         return GGUFArray(_SCALARS[item][0], n, head)
     if item != _STRING:
-        raise file_error(location, f"the array {key!r} has item type {item}, which GGUF "
-                         "does not allow in arrays (nested arrays or an unknown type)")
+        raise file_error(
+            location,
+            f"the array {key!r} has item type {item}, which GGUF "
+            "does not allow in arrays (nested arrays or an unknown type)",
+        )
     _checked_length(cursor, n, 8, key, location)
     kept = n if n <= ARRAY_KEPT else ARRAY_HEAD
     head = tuple(cursor.string(f"item {j} of {key!r}") for j in range(kept))
@@ -234,12 +240,8 @@ def _skip_strings(cursor: _Cursor, n: int, key: str) -> None:
 
 
 def _alignment(metadata: dict, location) -> int:
-    value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if "general.alignment" in metadata and (
-        not isinstance(value, int) or isinstance(value, bool) or value > 2**32 - 1
-    ):
-        raise file_error(location, f"general.alignment is {value!r}, not a uint32")
-    if not isinstance(value, int) or value <= 0 or value & (value - 1):
+    value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)  # a uint32 (checked)
+    if value <= 0 or value & (value - 1):
         raise file_error(location, f"general.alignment is {value}, not a power of two")
     return value
 
@@ -251,25 +253,37 @@ def _tensor_info(cursor: _Cursor, location, ggml_types) -> TensorInfo:
     except UnicodeDecodeError:
         raise file_error(location, f"a tensor name is not UTF-8 ({raw[:40]!r})") from None
     if len(raw) >= MAX_NAME:
-        raise file_error(location, f"tensor {name[:80]!r}: its name is {len(raw)} bytes long, "
-                         f"llama.cpp's limit is {MAX_NAME - 1}")
+        raise file_error(
+            location,
+            f"tensor {name[:80]!r}: its name is {len(raw)} bytes long, "
+            f"llama.cpp's limit is {MAX_NAME - 1}",
+        )
     n_dims = cursor.u32(f"the dimension count of {name!r}")
     if n_dims > MAX_DIMS:
-        raise file_error(location, f"tensor {name!r} has {n_dims} dimensions, more than "
-                         f"ggml's {MAX_DIMS}")
+        raise file_error(
+            location, f"tensor {name!r} has {n_dims} dimensions, more than ggml's {MAX_DIMS}"
+        )
     ne = [cursor.u64(f"a dimension of {name!r}") for _ in range(n_dims)]
     if any(d > _INT64_MAX for d in ne) or math.prod(ne) > _INT64_MAX:
-        raise file_error(location, f"tensor {name!r}: dimensions {ne} (ggml order) overflow a "
-                         "64-bit element count")
+        raise file_error(
+            location,
+            f"tensor {name!r}: dimensions {ne} (ggml order) overflow a 64-bit element count",
+        )
     code = cursor.u32(f"the ggml type of {name!r}")
     offset = cursor.u64(f"the offset of {name!r}")
     if code not in ggml_types:
-        raise file_error(location, f"tensor {name!r} has unknown ggml type {code}",
-                         "It may need a newer gguf package: pip install -U gguf.")
+        raise file_error(
+            location,
+            f"tensor {name!r} has unknown ggml type {code}",
+            "It may need a newer gguf package: pip install -U gguf.",
+        )
     type_name, block, block_bytes = ggml_types[code]
     if ne and ne[0] % block:
-        raise file_error(location, f"tensor {name!r}: its rows of {ne[0]} values are not whole "
-                         f"{type_name} blocks of {block}")
+        raise file_error(
+            location,
+            f"tensor {name!r}: its rows of {ne[0]} values are not whole "
+            f"{type_name} blocks of {block}",
+        )
     nbytes = math.prod(ne) // block * block_bytes
     return TensorInfo(name, tuple(reversed(ne)), code, type_name, offset, nbytes)
 
@@ -278,12 +292,16 @@ def _place(infos, data_start, alignment, size, location) -> list[TensorInfo]:
     tensors, names = [], set()
     for info in infos:
         if info.name in names:
-            raise file_error(location, f"tensor {info.name!r} appears twice",
-                             "The file is damaged.")
+            raise file_error(
+                location, f"tensor {info.name!r} appears twice", "The file is damaged."
+            )
         names.add(info.name)
         if info.offset % alignment:
-            raise file_error(location, f"tensor {info.name!r} starts at data offset "
-                             f"{info.offset}, not a multiple of the alignment {alignment}")
+            raise file_error(
+                location,
+                f"tensor {info.name!r} starts at data offset "
+                f"{info.offset}, not a multiple of the alignment {alignment}",
+            )
         start = data_start + info.offset
         if info.nbytes > size - min(start, size):
             raise file_error(
@@ -292,11 +310,15 @@ def _place(infos, data_start, alignment, size, location) -> list[TensorInfo]:
                 f"{info.offset}) ends past the file's {size} bytes",
                 "The file is truncated; download or convert it again.",
             )
-        tensors.append(TensorInfo(info.name, info.shape, info.ggml_type, info.type_name,
-                                  start, info.nbytes))
+        tensors.append(
+            TensorInfo(info.name, info.shape, info.ggml_type, info.type_name, start, info.nbytes)
+        )
     spans = sorted((t for t in tensors if t.nbytes), key=lambda t: t.offset)
     for before, after in zip(spans, spans[1:], strict=False):
         if before.offset + before.nbytes > after.offset:
-            raise file_error(location, f"tensors {before.name!r} and {after.name!r}: their data "
-                             "overlap", "The file is damaged.")
+            raise file_error(
+                location,
+                f"tensors {before.name!r} and {after.name!r}: their data overlap",
+                "The file is damaged.",
+            )
     return tensors

@@ -128,8 +128,9 @@ def _survey(index: Location) -> _Survey:
     def header(name: str):
         shard = shards[name]
         if not shard.exists() or shard.is_dir():
-            return IndexProblem("missing_file", name, "the index names it, but it is not "
-                                "beside the index")
+            return IndexProblem(
+                "missing_file", name, "the index names it, but it is not beside the index"
+            )
         try:
             return {entry.name: entry for entry in read_header(shard)}
         except InspectorError as exc:
@@ -166,8 +167,9 @@ def _shard_location(index: Location, shard: str) -> Location:
     if index.local_path is not None:
         return LocalFile(confined(shard, index.local_path.parent, index, f"shard {shard!r}"))
     if Path(shard).is_absolute() or ".." in Path(shard).parts:
-        raise file_error(index, f"shard {shard!r} is outside the index's folder",
-                         "Fix the weight_map.")
+        raise file_error(
+            index, f"shard {shard!r} is outside the index's folder", "Fix the weight_map."
+        )
     return index.sibling(shard)
 
 
@@ -181,21 +183,28 @@ def _tensor_problems(weight_map, headers) -> list[IndexProblem]:
         if shard in headers and name not in headers[shard]:
             elsewhere = holders.get(name)
             where = f"; it is in {', '.join(elsewhere)}" if elsewhere else ""
-            problems.append(IndexProblem("missing_tensor", name,
-                                         f"the index maps it to {shard}, which does not hold "
-                                         f"it{where}"))
+            problems.append(
+                IndexProblem(
+                    "missing_tensor",
+                    name,
+                    f"the index maps it to {shard}, which does not hold it{where}",
+                )
+            )
     for name, shards in holders.items():
         if len(shards) > 1:
             mapped = weight_map.get(name)
             said = f"; the index names {mapped}" if mapped else "; the index does not name it"
-            problems.append(IndexProblem("duplicate", name,
-                                         f"held by {len(shards)} shards: {', '.join(shards)}"
-                                         f"{said}"))
+            problems.append(
+                IndexProblem(
+                    "duplicate", name, f"held by {len(shards)} shards: {', '.join(shards)}{said}"
+                )
+            )
         elif weight_map.get(name) != shards[0]:
             mapped = weight_map.get(name)
             said = f"maps it to {mapped}" if mapped else "does not name it"
-            problems.append(IndexProblem("stray_tensor", name,
-                                         f"{shards[0]} holds it, but the index {said}"))
+            problems.append(
+                IndexProblem("stray_tensor", name, f"{shards[0]} holds it, but the index {said}")
+            )
     return problems
 
 
@@ -205,10 +214,15 @@ def _stray_files(index: Location, named: set[str]) -> list[IndexProblem]:
         return []
     named_paths = {os.path.normpath(n) for n in named}
     return [
-        IndexProblem("stray_file", child.name, "a checkpoint file beside the index that its "
-                     "weight_map never names (a leftover of another export?)")
+        IndexProblem(
+            "stray_file",
+            child.name,
+            "a checkpoint file beside the index that its "
+            "weight_map never names (a leftover of another export?)",
+        )
         for child in sorted(folder.iterdir())
-        if child.name.endswith(CHECKPOINT_SUFFIXES) and child.is_file()
+        if child.name.endswith(CHECKPOINT_SUFFIXES)
+        and child.is_file()
         and child.name not in named_paths
     ]
 
@@ -231,8 +245,12 @@ def _dtype_mix(headers: dict[str, dict[str, TensorEntry]]) -> list[IndexProblem]
             continue
         own, n = counts.most_common(1)[0]
         if own != main:
-            problems.append(IndexProblem(
-                "dtype_mix", shard,
-                f"holds mostly {own} ({n:,} values) while the checkpoint is mostly {main}: "
-                f"a leftover of another export (e.g. a quantized one)?"))
+            problems.append(
+                IndexProblem(
+                    "dtype_mix",
+                    shard,
+                    f"holds mostly {own} ({n:,} values) while the checkpoint is mostly {main}: "
+                    f"a leftover of another export (e.g. a quantized one)?",
+                )
+            )
     return problems
