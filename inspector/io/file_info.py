@@ -14,9 +14,11 @@ import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from inspector.io import limits
 from inspector.io.locate import locate
 from inspector.io.location import Location
 from inspector.io.sniff import sniff
@@ -49,11 +51,15 @@ class FileInfo:
         return out
 
 
-def file_info(path: str | os.PathLike | Location) -> FileInfo:
+def file_info(
+    path: str | os.PathLike | Location, *, root: str | os.PathLike | None = None
+) -> FileInfo:
     """Returns the file-level metadata and load problems of the checkpoint at `path`.
 
     Args:
         path: a checkpoint file or folder, local or a `Location`.
+        root: as for `load`: every file the checkpoint refers to (a sharded index's shards)
+            must resolve inside it.
 
     Raises:
         LoadError: the file is unreadable (as `load` would say).
@@ -65,6 +71,11 @@ def file_info(path: str | os.PathLike | Location) -> FileInfo:
     """
     location = locate(path)
     fmt = sniff(location)
+    with limits.applied(limits.LoadLimits(None if root is None else Path(root))):
+        return _read(location, fmt)
+
+
+def _read(location: Location, fmt: str) -> FileInfo:
     metadata: dict[str, Any] = {}
     problems: tuple[str, ...] = ()
     if fmt == "gguf":
