@@ -24,11 +24,14 @@ class FileInfoView(pn.viewable.Viewer):
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self._problems = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)
+        # a long list scrolls inside the alert, so the tree stays in view
+        self._problems = pn.pane.HTML("", sizing_mode="stretch_width", margin=0,
+                                      styles={"max-height": "220px", "overflow-y": "auto"})
         self.alert = pmui.Alert(
             self._problems, severity="warning", title="", sizing_mode="stretch_width",
             visible=False, margin=(5, 5), css_classes=["file-problems"])
-        self._metadata = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)
+        self._metadata = pn.pane.HTML("", sizing_mode="stretch_width", margin=0,
+                                      styles={"max-height": "320px", "overflow-y": "auto"})
         self.card = pmui.Card(
             self._metadata, title="File metadata", collapsed=True, visible=False,
             sizing_mode="stretch_width", margin=(5, 5), css_classes=["file-metadata"])
@@ -54,11 +57,13 @@ class FileInfoView(pn.viewable.Viewer):
             shown = problems[:MAX_PROBLEMS]
             if len(problems) > MAX_PROBLEMS:
                 shown.append(f"… and {len(problems) - MAX_PROBLEMS} more")
-            self.alert.title = (f"{plural(len(problems), 'problem')} with this checkpoint's "
-                                "index: what they name was left out")
+            self.alert.title = (f"{plural(len(problems), 'problem')} with this sharded "
+                                "checkpoint (tensors it could not load were left out)")
             self._problems.object = pre("\n".join(shown), css_class="file-problem-lines")
         if lines:
-            self.card.title = f"File metadata · {info.format} · {plural(len(info.metadata), 'key')}"
+            arch = info.metadata.get("general.architecture")
+            kind = f"{info.format} · {arch}" if isinstance(arch, str) else info.format
+            self.card.title = f"File metadata · {kind} · {plural(len(info.metadata), 'key')}"
             self._metadata.object = pre("\n".join(lines), css_class="file-metadata-lines")
         self.alert.visible = bool(problems)
         self.card.visible = bool(lines)

@@ -49,8 +49,8 @@ def test_index_problems_show_above_the_tree(session, tmp_path):
     assert session.open_error == "" and session.selected == index.name
     panel = view.file_info
     assert panel.alert.visible and panel._layout in view._layout.objects
-    assert panel.alert.title == "1 problem with this checkpoint's index: what they name was " \
-        "left out"
+    assert panel.alert.title == (
+        "1 problem with this sharded checkpoint (tensors it could not load were left out)")
     assert f"missing_file: {S2}: the index names it" in panel._problems.object
     assert str(tmp_path) not in panel._problems.object  # no server paths in the page
     assert session.trees[index.name].n_leaves == 1  # what is consistent loaded
@@ -75,7 +75,7 @@ def test_gguf_metadata_and_ggml_types_show(session, tmp_path):
     _open(session, path)
     panel = view.file_info
     assert panel.card.visible and not panel.alert.visible
-    assert panel.card.title == "File metadata · gguf · 2 keys"
+    assert panel.card.title == "File metadata · gguf · llama · 2 keys"
     assert "general.architecture: llama" in panel._metadata.object
     assert "llama.context_length: 2048" in panel._metadata.object
     for node in ("['blk']", "['blk']['0']", "['blk']['0']['attn_q']"):
