@@ -105,10 +105,12 @@ class _Cursor:
         return start
 
     def u32(self, what: str) -> int:
-        return _U32.unpack_from(self.buffer, self.need(4, what))[0]
+        start = self.need(4, what)  # first: it may grow the buffer
+        return _U32.unpack_from(self.buffer, start)[0]
 
     def u64(self, what: str) -> int:
-        return _U64.unpack_from(self.buffer, self.need(8, what))[0]
+        start = self.need(8, what)
+        return _U64.unpack_from(self.buffer, start)[0]
 
     def raw_string(self, what: str) -> bytes:
         n = self.u64(f"the length of {what}")
@@ -192,7 +194,8 @@ def _value(cursor: _Cursor, kind: int, key: str, location) -> Any:
         return cursor.string(f"the value of {key!r}")
     if kind in _STRUCTS:
         unpack = _STRUCTS[kind]
-        return unpack.unpack_from(cursor.buffer, cursor.need(unpack.size, f"{key!r}"))[0]
+        start = cursor.need(unpack.size, f"{key!r}")
+        return unpack.unpack_from(cursor.buffer, start)[0]
     if kind != _ARRAY:
         raise file_error(location, f"the key {key!r} has unknown value type {kind}")
     item = cursor.u32(f"the item type of {key!r}")
@@ -231,12 +234,23 @@ def _checked_length(cursor: _Cursor, n: int, item_size: int, key: str, location)
 
 
 def _skip_strings(cursor: _Cursor, n: int, key: str) -> None:
-    # a tokenizer's vocabulary: 32k-250k strings; walk their lengths, decode none
-    what = f"a string of {key!r}"
-    unpack, need = _U64.unpack_from, cursor.need
-    for _ in range(n):
-        length = unpack(cursor.buffer, need(8, what))[0]
-        need(length, what)
+    # A tokenizer's vocabulary and merges: 32k-400k strings whose lengths must be walked (the
+    # layout has no index). The hot loop stays on local names; the cursor's checked read (and
+    # the buffer's growth) is taken only where the buffer ends.
+    unpack, buffer, pos = _U64.unpack_from, cursor.buffer, cursor.pos
+    remaining = n
+    while remaining:
+        end = len(buffer) - 8
+        while remaining and pos <= end:
+            nxt = pos + 8 + unpack(buffer, pos)[0]
+            if nxt > end + 8:
+                break
+            pos, remaining = nxt, remaining - 1
+        if remaining:  # this string crosses the buffer's end: a checked read grows it
+            cursor.pos = pos
+            cursor.string(f"a string of {key!r}")
+            buffer, pos, remaining = cursor.buffer, cursor.pos, remaining - 1
+    cursor.pos = pos
 
 
 def _alignment(metadata: dict, location) -> int:

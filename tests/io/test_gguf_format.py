@@ -169,6 +169,15 @@ def test_long_arrays_keep_their_head(tmp_path):
     assert str(array).startswith("[1,000 × string: 'tok0', 'tok1'") and str(array).endswith("…]")
 
 
+def test_header_larger_than_one_read(tmp_path):
+    tokens = [f"token-{i:06d}" for i in range(150_000)]  # 2.7 MB of strings: several reads
+    path = write_gguf(tmp_path / "big.gguf", {"w": np.arange(4, dtype=np.float32)}, tokens=tokens)
+    header = gguf_format.read(path)
+    assert header.metadata["tokenizer.ggml.tokens"].length == 150_000
+    assert header.bytes_read > 2 * (1 << 20)
+    assert np.asarray(inspector.load(path)["w"]).tolist() == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize("key, name", [("q8", "attn_q"), ("q4", "ffn_up"), ("q4k", "ffn_down")])
 def test_quantized_values_equal_the_definition(model, key, name):
     path, expected = model
