@@ -31,6 +31,7 @@ ARRAY_KEPT = 64
 """Arrays this long or shorter are kept whole."""
 _INT64_MAX = 2**63 - 1
 _CHUNK = 1 << 20
+_BATCH = 4096  # strings skipped between checks
 
 _UINT32, _STRING, _ARRAY = 4, 8, 9
 _SCALARS = {  # GGUF value type -> (name, struct format)
@@ -235,22 +236,25 @@ def _checked_length(cursor: _Cursor, n: int, item_size: int, key: str, location)
 
 def _skip_strings(cursor: _Cursor, n: int, key: str) -> None:
     # A tokenizer's vocabulary and merges: 32k-400k strings whose lengths must be walked (the
-    # layout has no index). The hot loop stays on local names; the cursor's checked read (and
-    # the buffer's growth) is taken only where the buffer ends.
-    unpack, buffer, pos = _U64.unpack_from, cursor.buffer, cursor.pos
-    remaining = n
-    while remaining:
-        end = len(buffer) - 8
-        while remaining and pos <= end:
-            nxt = pos + 8 + unpack(buffer, pos)[0]
-            if nxt > end + 8:
-                break
-            pos, remaining = nxt, remaining - 1
-        if remaining:  # this string crosses the buffer's end: a checked read grows it
+    # layout has no index). Batches run unchecked on local names (an offset past the buffer
+    # stops them); a batch that leaves the buffer is walked again with checked reads, which
+    # grow the buffer or refuse a length the file cannot hold.
+    unpack, what = _U64.unpack_from, f"a string of {key!r}"
+    done = 0
+    while done < n:
+        batch = min(_BATCH, n - done)
+        buffer, pos = cursor.buffer, cursor.pos
+        try:
+            for _ in range(batch):
+                pos += 8 + unpack(buffer, pos)[0]
+        except struct.error:  # an offset past the buffer
+            pos = len(buffer) + 1
+        if pos <= len(buffer):
             cursor.pos = pos
-            cursor.string(f"a string of {key!r}")
-            buffer, pos, remaining = cursor.buffer, cursor.pos, remaining - 1
-    cursor.pos = pos
+        else:
+            for _ in range(batch):
+                cursor.need(cursor.u64(what), what)
+        done += batch
 
 
 def _alignment(metadata: dict, location) -> int:
