@@ -30,7 +30,7 @@ ARRAY_HEAD = 8
 ARRAY_KEPT = 64
 """Arrays this long or shorter are kept whole."""
 _INT64_MAX = 2**63 - 1
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16  # the first read; each further one doubles what is held (a request, remotely)
 _BATCH = 4096  # strings skipped between checks
 
 _UINT32, _STRING, _ARRAY = 4, 8, 9
