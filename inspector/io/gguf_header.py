@@ -13,6 +13,7 @@ Long arrays (token vocabularies) are skipped over, keeping their first items for
 from __future__ import annotations
 
 import math
+import mmap
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ ARRAY_HEAD = 8
 ARRAY_KEPT = 64
 """Arrays this long or shorter are kept whole."""
 _INT64_MAX = 2**63 - 1
+_PAGE = mmap.PAGESIZE
 _CHUNK = 1 << 16  # the first read; each further one doubles what is held (a request, remotely)
 _BATCH = 4096  # strings skipped between checks
 
@@ -85,9 +87,28 @@ class _Cursor:
     """Reads the header front to back in growing chunks; past the file's end is a LoadError."""
 
     def __init__(self, location: Location, size: int):
-        self.location, self.size = location, size
-        self.buffer = location.read(0, min(size, _CHUNK))
-        self.pos = 0
+        self.location, self.size, self.pos = location, size, 0
+        self._map = None
+        if location.local_path is not None and size:
+            # a local file is mapped: the walk touches only the header's pages, and no buffer
+            # grows (a 10 MB llama-3 tokenizer would be copied several times)
+            with open(location.local_path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self.buffer = self._map
+            self.size = min(size, len(self._map))
+        else:
+            self.buffer = location.read(0, min(size, _CHUNK))
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes of the file read so far (mapped: the pages the walk touched)."""
+        if self._map is None:
+            return len(self.buffer)
+        return min(self.size, -(-self.pos // _PAGE) * _PAGE)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
 
     def need(self, n: int, what: str) -> int:
         """Makes `n` bytes at the cursor available; returns their start."""
@@ -100,10 +121,15 @@ class _Cursor:
             )
         end = self.pos + n
         if end > len(self.buffer):
-            grow = min(self.size, max(end, 2 * len(self.buffer)))
-            self.buffer += self.location.read(len(self.buffer), grow)
+            self.grow(end)
         start, self.pos = self.pos, end
         return start
+
+    def grow(self, end: int) -> None:
+        """Holds at least the file's first `end` bytes (at most its size), doubling at least."""
+        grow = min(self.size, max(end, 2 * len(self.buffer)))
+        if grow > len(self.buffer):
+            self.buffer += self.location.read(len(self.buffer), grow)
 
     def u32(self, what: str) -> int:
         start = self.need(4, what)  # first: it may grow the buffer
@@ -134,8 +160,15 @@ def read_header(location: Location, ggml_types: dict[int, tuple[str, int, int]])
             cannot hold, an unknown value or ggml type, a repeated key or tensor name, a bad
             `general.alignment`, or tensor data past the end of the file.
     """
-    size = location.size()
-    cursor = _Cursor(location, size)
+    cursor = _Cursor(location, location.size())
+    try:
+        return _walk(cursor, location, ggml_types)
+    finally:
+        cursor.close()
+
+
+def _walk(cursor: _Cursor, location: Location, ggml_types) -> GGUFHeader:
+    size = cursor.size
     magic = bytes(cursor.buffer[:4])
     if magic != MAGIC:
         raise file_error(location, f"it does not start with the GGUF magic (it starts {magic!r})")
@@ -177,7 +210,7 @@ def read_header(location: Location, ggml_types: dict[int, tuple[str, int, int]])
     infos = [_tensor_info(cursor, location, ggml_types) for _ in range(n_tensors)]
     data_start = -(-cursor.pos // alignment) * alignment
     tensors = _place(infos, data_start, alignment, size, location)
-    return GGUFHeader(version, metadata, tensors, alignment, data_start, len(cursor.buffer))
+    return GGUFHeader(version, metadata, tensors, alignment, data_start, cursor.bytes_read)
 
 
 def _key(cursor: _Cursor, i: int, location) -> str:
@@ -236,24 +269,29 @@ def _checked_length(cursor: _Cursor, n: int, item_size: int, key: str, location)
 
 def _skip_strings(cursor: _Cursor, n: int, key: str) -> None:
     # A tokenizer's vocabulary and merges: 32k-400k strings whose lengths must be walked (the
-    # layout has no index). Batches run unchecked on local names (an offset past the buffer
-    # stops them); a batch that leaves the buffer is walked again with checked reads, which
-    # grow the buffer or refuse a length the file cannot hold.
+    # layout has no index). Batches run unchecked on local names; one that leaves the buffer
+    # grows it (a remote file) and runs again, or, past the file's end, is walked again with
+    # checked reads, which name the string the file cannot hold.
     unpack, what = _U64.unpack_from, f"a string of {key!r}"
     done = 0
     while done < n:
         batch = min(_BATCH, n - done)
-        buffer, pos = cursor.buffer, cursor.pos
+        buffer, pos, crossed = cursor.buffer, cursor.pos, False
         try:
             for _ in range(batch):
                 pos += 8 + unpack(buffer, pos)[0]
-        except struct.error:  # an offset past the buffer
-            pos = len(buffer) + 1
-        if pos <= len(buffer):
+        except struct.error:  # the length at `pos` is past the buffer
+            crossed = True
+        if not crossed and pos <= len(buffer):
             cursor.pos = pos
-        else:
-            for _ in range(batch):
-                cursor.need(cursor.u64(what), what)
+            done += batch
+            continue
+        end = pos + 8 if crossed else pos
+        if end <= cursor.size and len(buffer) < cursor.size:
+            cursor.grow(end)
+            continue
+        for _ in range(batch):
+            cursor.need(cursor.u64(what), what)
         done += batch
 
 

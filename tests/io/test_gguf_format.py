@@ -7,11 +7,14 @@ the library that reads them.
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 
 import inspector
 from inspector.io import gguf_format, sniff
+from inspector.io.location import LocalFile, Location
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
@@ -255,3 +258,45 @@ def test_header_read_reports_its_bytes(model):
     assert header.version == 3 and header.alignment == 32
     assert 0 < header.bytes_read <= (1 << 20)
     assert [t.type_name for t in header.tensors] == ["F16", "F32", "Q8_0", "Q4_0", "Q4_K", "BF16"]
+
+
+class _Unmapped(Location):
+    """A local file read by ranges only, as a remote one is (no memory map)."""
+
+    def __init__(self, path):
+        self._file = LocalFile(path)
+        self.name = f"unmapped:{path}"
+        self.reads = 0
+
+    def exists(self):
+        return self._file.exists()
+
+    def is_dir(self):
+        return False
+
+    def size(self):
+        return self._file.size()
+
+    def read(self, start, end):
+        self.reads += 1
+        return self._file.read(start, end)
+
+    def array_reader(self, offset, dtype, shape, order="C"):
+        return self._file.array_reader(offset, dtype, shape, order)
+
+
+def test_header_read_by_ranges_grows_its_buffer(tmp_path):
+    tokens = [f"t{i}" * (1 + i % 7) for i in range(100_000)]  # ~1 MB: many chunks
+    path = write_gguf(
+        tmp_path / "ranges.gguf", {"w": np.arange(4, dtype=np.float32)}, tokens=tokens
+    )
+    location = _Unmapped(path)
+    by_ranges, mapped = gguf_format.read(location), gguf_format.read(path)
+    assert by_ranges.metadata == mapped.metadata and by_ranges.tensors == mapped.tensors
+    assert by_ranges.bytes_read >= by_ranges.data_start - 32
+    assert location.reads <= 8  # 64 KiB, then doubling
+    truncated = tmp_path / "truncated.gguf"
+    data = pathlib.Path(path).read_bytes()
+    truncated.write_bytes(data[: len(data) - 50_000])  # inside the vocabulary
+    with pytest.raises(inspector.LoadError, match="a string of 'tokenizer.ggml.tokens'"):
+        gguf_format.read(_Unmapped(truncated))
