@@ -12,6 +12,7 @@ holds, which `describe` shows as `Row.quant`.
 
 from __future__ import annotations
 
+import math
 import os
 from functools import cache
 from typing import Any
@@ -89,7 +90,7 @@ def ggml_types() -> dict[int, tuple[str, int, int]]:
 
 def quant_text(tensor: TensorInfo) -> str:
     """`'Q4_K · 4.5 bits/value · 1.1 MiB in the file'`: how a quantized tensor is stored."""
-    n = max(1, int(np.prod(tensor.shape, dtype=np.float64)))
+    n = max(1, math.prod(tensor.shape))
     bits = 8 * tensor.nbytes / n
     return f"{tensor.type_name} · {bits:.3g} bits/value · {human_bytes(tensor.nbytes)} in the file"
 
@@ -113,7 +114,7 @@ def _leaf(location: Location, tensor: TensorInfo) -> LazyArray:
 def _dequantizer(location: Location, tensor: TensorInfo):
     shape = tensor.shape
     rows = shape[:-1] if shape else ()
-    row_bytes = tensor.nbytes // max(1, int(np.prod(rows, dtype=np.int64)))
+    row_bytes = tensor.nbytes // max(1, math.prod(rows))
     raw = location.array_reader(tensor.offset, np.dtype(np.uint8), (*rows, row_bytes))
 
     def read() -> np.ndarray:
