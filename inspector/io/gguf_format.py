@@ -124,7 +124,8 @@ def _dequantizer(location: Location, tensor: TensorInfo):
         if blocks.size == 0:
             return np.zeros(shape, np.float32)
         try:
-            values = quants.dequantize(blocks, qtype)
+            with np.errstate(all="ignore"):  # inf/NaN scales are values to show, not errors
+                values = quants.dequantize(blocks, qtype)
         except NotImplementedError:
             raise file_error(
                 location,

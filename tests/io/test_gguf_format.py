@@ -300,3 +300,13 @@ def test_header_read_by_ranges_grows_its_buffer(tmp_path):
     truncated.write_bytes(data[: len(data) - 50_000])  # inside the vocabulary
     with pytest.raises(inspector.LoadError, match="a string of 'tokenizer.ggml.tokens'"):
         gguf_format.read(_Unmapped(truncated))
+
+
+def test_nonfinite_scales_read_as_values_not_warnings(tmp_path):
+    d = np.array([np.inf, np.nan], np.float16)  # two Q8_0 blocks: scale inf, then NaN
+    q = np.zeros((2, 32), np.int8)
+    q[0, 1] = 3
+    raw = np.concatenate([d[:, None].view(np.uint8), q.view(np.uint8)], axis=1).reshape(1, 68)
+    path = write_gguf(tmp_path / "nonfinite.gguf", {"w": (raw, Q.Q8_0)})
+    values = np.asarray(inspector.load(path)["w"])  # warnings are errors under pytest
+    assert np.isnan(values[0, 0]) and values[0, 1] == np.inf and np.isnan(values[0, 32:]).all()
