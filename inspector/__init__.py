@@ -68,6 +68,10 @@ _EXPORTS = {
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",
+    # quantized weights (fp8, mxfp4, gptq, awq) as one logical leaf
+    "QuantGroup": "inspector.core.quant",
+    "quant_groups": "inspector.core.quant",
+    "dequantize": "inspector.streaming",
     # GGUF and sharded checkpoints: file-level facts, index checks
     "file_info": "inspector.io.file_info",
     "FileInfo": "inspector.io.file_info",

@@ -14,6 +14,7 @@ from inspector.core import weighted_sum as _ws
 from inspector.core.lazy_result import lazy_result
 from inspector.core.op import register
 from inspector.core.packed import PackedTree
+from inspector.core.quant import dequantize as _dq
 from inspector.io.streaming import write_streamed
 
 
@@ -81,3 +82,31 @@ def merge(method: str, trees, *, base=None, weights=None, device=None,
 
 
 register(merge, _merge.MERGE)
+
+
+def dequantize(tree, dtype="bfloat16", device=None, out: str | os.PathLike | None = None,
+               progress=None):
+    """Returns `tree` with each quantized weight dequantized; with `out=`, streamed into a file.
+
+    Without `out`, this is `inspector.core.quant.dequantize.dequantize` (see it for the
+    schemes, the logical key paths and the dtypes). With `out="model-bf16.safetensors"`,
+    each group is read, dequantized and written before the next is read, and the other leaves
+    are copied through: a checkpoint larger than memory converts with one weight in memory.
+
+    Returns:
+        The dequantized tree; with `out`, `inspector.load(out)` (lazy leaves over the file).
+
+    >>> import tempfile, ml_dtypes, numpy as np
+    >>> path = tempfile.mkdtemp() + "/bf16.safetensors"
+    >>> tree = {"w": np.full((2, 2), 3, ml_dtypes.float8_e4m3fn), "w_scale": np.float32([2])}
+    >>> np.asarray(dequantize(tree, "float32", out=path)["w"]).tolist()
+    [[6.0, 6.0], [6.0, 6.0]]
+    """
+    if out is None:
+        return _dq.dequantize(tree, dtype, device=device)
+    plan = _dq.plan_dequantize(tree.unpack() if isinstance(tree, PackedTree) else tree,
+                               dtype, device)
+    return write_streamed(lazy_result(plan, progress), out)
+
+
+register(dequantize, _dq.DEQUANTIZE)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from itertools import compress
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -33,8 +35,11 @@ class Row(NamedTuple):
             (`PartitionSpec('data', None) over data=4, model=2`, `replicated over 8 devices`,
             or the sharding a checkpoint was saved with); `None` for one device, host arrays
             and inner nodes.
-        quant: how a quantized weight is stored, in words (a GGUF tensor:
-            `'Q4_K · 4.5 bits/value · 1.1 MiB in the file'`); `None` elsewhere.
+        quant: on the leaf holding a quantized weight's codes, what it is and where its
+            scales are (`fp8 e4m3 · 128x128 block scales in ['weight_scale_inv']`), then its
+            problems (see `inspector.quant_groups`); on a leaf its file stores quantized (a
+            GGUF tensor), how (`'Q4_K · 4.5 bits/value · 1.1 MiB in the file'`, from
+            `LazyArray.quant`); `None` elsewhere.
     """
 
     path: str
@@ -81,7 +86,44 @@ def describe(tree) -> list[Row]:
         _walk(tree, "", "", 0, rows)
     except nodes.DepthExceeded:
         raise nodes.too_deep(tree) from None
+    if _may_hold_quant(rows):
+        _mark_quant(tree, rows)
     return rows  # type: ignore[return-value]
+
+
+_CODE_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
+_PACKED_DTYPES = frozenset({"uint8", "int32"})  # MXFP4 blocks and scales, GPTQ / AWQ words
+_PACKED_KEYS = ("_blocks']", "_scales']", "qweight']")
+
+
+def _may_hold_quant(rows: list, _dtype=itemgetter(6), _key=itemgetter(1),
+                    _packed=_PACKED_DTYPES.__contains__) -> bool:
+    # Must cost nothing measurable on trees without quantized weights: a set of the dtypes
+    # (C-level), then the names of the uint8 / int32 leaves only (C-level selection).
+    dtypes = set(map(_dtype, rows))
+    if dtypes & _CODE_DTYPES:
+        return True
+    if not dtypes & _PACKED_DTYPES:
+        return False
+    keys = compress(map(_key, rows), map(_packed, map(_dtype, rows)))
+    return any(k.endswith(_PACKED_KEYS) for k in keys)
+
+
+def _mark_quant(tree, rows: list) -> None:
+    from inspector.core.quant.groups import quant_groups
+
+    groups = quant_groups(tree)
+    if not groups:
+        return
+    texts = {}
+    for g in groups:
+        main = g.members.get("weight") or g.members.get("blocks") or g.members.get("qweight") \
+            or next(iter(g.members.values()))
+        texts[main] = g.text
+    for i, row in enumerate(rows):
+        text = texts.get(row.path)
+        if text is not None:
+            rows[i] = row._replace(quant=text)
 
 
 def _walk(node, path: str, key: str, depth: int, rows: list,

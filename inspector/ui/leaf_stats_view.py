@@ -47,8 +47,12 @@ class LeafStatsView(pn.viewable.Viewer):
                                     stylesheets=[STATS_CSS])
         self._source = ColumnDataSource(data={"left": [], "right": [], "top": []})
         self._plot = None  # built on the first leaf shown: most sessions never need it
+        # A quantized weight shows its dequantized values; this shows the stored codes.
+        self._raw = pmui.Switch(label="Raw codes", value=False, visible=False, size="small")
+        self._raw.param.watch(self._update, "value")
         self._layout = pmui.Column(pmui.Row(self._path, self._copy, sizing_mode="stretch_width"),
-                                   self._summary, sizing_mode="stretch_width", visible=False)
+                                   self._raw, self._summary, sizing_mode="stretch_width",
+                                   visible=False)
         self._view = state.tree_views[self.source]
         self._view.param.watch(self._update, "path")
         state.param.watch(next_tick(self._update), ["selected", "result", "trees"])
@@ -97,13 +101,18 @@ class LeafStatsView(pn.viewable.Viewer):
                                            ("bytes", human_bytes(row.nbytes))])
             self._histogram(False)
             return
-        x = leaf_array(tree, index, path)
+        group = index.quant_group(row_i)
+        self._raw.visible = group is not None and group.usable
+        x = leaf_array(tree, index, path, raw=self._raw.value)
         if x is None:
             self._summary.object = _table([("leaf", row.type_name)])
             self._histogram(False)
             return
         s = leaf_stats(x)
+        quant = [("quantized", group.layout + ("" if self._raw.value or not group.usable
+                                                else " · dequantized"))] if group else []
         self._summary.object = _table([
+            *quant,
             ("array", shape_text(str(x.dtype), x.shape)), ("size", f"{s['size']:,}"),
             ("min", _fmt(s["min"])), ("max", _fmt(s["max"])), ("mean", _fmt(s["mean"])),
             ("std", _fmt(s["std"])), ("NaN", f"{s['nan']:,}"), ("Inf", f"{s['inf']:,}"),

@@ -52,6 +52,8 @@ OPS = {
     "run": lambda t: inspector.run(lambda x: x, t, repeats=1),
     "merge": lambda t: inspector.merge("linear", [t, t], weights=[1, 1]),
     "shard": lambda t: inspector.shard(t, inspector.mesh({"x": 1}), None),
+    "quant_groups": lambda t: inspector.quant_groups(t),
+    "dequantize": lambda t: inspector.dequantize(t),
 }
 
 

@@ -11,16 +11,23 @@ from __future__ import annotations
 import numpy as np
 
 import inspector
+from inspector.ui.session.quant_rows import dequantized_leaf
 from inspector.ui.session.tree_index import ROOT_ID, TreeIndex
 
 _BINS = 30
 
 
-def leaf_array(tree, index: TreeIndex, path: str):
-    """Returns the leaf at key `path` as a NumPy array, or None (not a leaf, not an array)."""
+def leaf_array(tree, index: TreeIndex, path: str, raw: bool = False):
+    """Returns the leaf at key `path` as a NumPy array, or None (not a leaf, not an array).
+
+    The row of a quantized weight gives its dequantized values (float32), or with `raw` the
+    stored codes."""
     row_i = index.row_of(path)
     if row_i is None or row_i not in index.leaf_number:
         return None
+    group = index.quant_group(row_i)
+    if group is not None and not raw and group.usable:
+        return dequantized_leaf(tree, group)
     n = index.leaf_number[row_i]
     if isinstance(tree, inspector.PackedTree):
         return np.asarray(tree.leaf(n))

@@ -16,7 +16,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
+from inspector.core.node_text import human_bytes, human_count, node_text, shape_text, totals_text
+from inspector.ui.session.quant_rows import WARNING, badges, logical_key, quant_rows
 
 GROUP_SIZE = 100
 FOLD_MIN = 3  # this many siblings of one structure, or more, fold into one row
@@ -43,13 +44,16 @@ class TreeIndex:
 
     fold = True
 
-    def __init__(self, rows: list):
+    def __init__(self, rows: list, tree=None):
         self.rows = rows
         n = len(rows)
+        self.by_path: dict[str, int] = {row.path: i for i, row in enumerate(rows)}
+        # quantized weights (given the tree): one row each, their scales not shown as rows
+        self.quant = None if tree is None else quant_rows(tree, rows, self.by_path)
+        hidden = self.quant.hidden if self.quant is not None else ()
         parent = [-1] * n
         position = [0] * n  # place among the parent's children
         counts = [0] * n
-        self.by_path: dict[str, int] = {}
         self.leaf_number: dict[int, int] = {}  # row -> position in jax.tree.leaves order
         stack: list[int] = []
         leaves = 0
@@ -57,10 +61,12 @@ class TreeIndex:
             del stack[row.depth:]
             if stack:
                 p = parent[i] = stack[-1]
-                position[i] = counts[p]
-                counts[p] += 1
+                if i in hidden:  # a scale or zero point: shown with its weight's row
+                    position[i] = -1
+                else:
+                    position[i] = counts[p]
+                    counts[p] += 1
             stack.append(i)
-            self.by_path[row.path] = i
             if row.kind == "leaf":
                 self.leaf_number[i] = leaves
                 leaves += 1
@@ -70,8 +76,10 @@ class TreeIndex:
         self._row_position = np.asarray(position, np.int64)  # in JAX's (the rows') order
         self._ptr = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=self._ptr[1:])
-        self._kids = np.empty(max(n - 1, 0), np.int64)
-        self._kids[self._ptr[self.parent[1:]] + self._row_position[1:]] = np.arange(1, n)
+        self._kids = np.empty(int(self._ptr[-1]), np.int64)
+        shown_rows = np.flatnonzero(self._row_position[1:] >= 0) + 1
+        self._kids[self._ptr[self.parent[shown_rows]] + self._row_position[shown_rows]] = \
+            shown_rows
         # Shown in natural key order (`h.2` before `h.10`); JAX sorts dict keys as text.
         self._shown = self._kids.copy()
         self._position = self._row_position.copy()
@@ -301,6 +309,12 @@ class TreeIndex:
             if text:
                 label += f"{_SEP}= {text}"
         item = {"id": node_id, "label": label, "icon": self._icon(entry)}
+        group = self.quant_group(entry[1]) if entry[0] == "node" else None
+        if group is not None and group.problems:
+            item["buttons"] = badges(group)
+            item["title"] = "\n".join(group.problems)
+            # a swatch before the label too: in a narrow column the badges sit past its edge
+            item["heat"] = {"color": WARNING, "title": item["title"]}
         if entry[0] == "node" and entry[1] == 0:
             item["path"] = self.rows[0].path  # the keystr of the root: ''
         if secondary:
@@ -380,6 +394,11 @@ class TreeIndex:
                     totals_text(leaves, params, nbytes))
         row = self.rows[entry[1]]
         key = row.key or root_label or "(root)"
+        group = self.quant_group(entry[1])
+        if group is not None and group.shape is not None:
+            dtype = group.dtype if group.usable else row.dtype  # codes as they are
+            return _SEP.join([logical_key(group), shape_text(dtype, group.shape),
+                              group.layout, human_bytes(self.group_bytes(group))]), ""
         if row.kind == "leaf":
             if row.shape is None:
                 return _SEP.join([key, node_text(row)]), ""
@@ -401,6 +420,15 @@ class TreeIndex:
         jax_first, shown_first = self.reordered[i]
         return f" · natural key order; JAX's order (keys sorted as text) puts {jax_first} " \
                f"before {shown_first}"
+
+    def quant_group(self, i: int):
+        """The quantized weight shown on row `i` (a `QuantGroup`), or None."""
+        return None if self.quant is None else self.quant.groups.get(i)
+
+    def group_bytes(self, group) -> int:
+        """The bytes of a group's members as stored (codes, scales, zero points)."""
+        return sum(self.rows[self.by_path[p]].nbytes for p in group.members.values()
+                   if p in self.by_path)
 
     def _icon(self, entry) -> str:
         return _ICONS["range"] if entry[0] != "node" else _ICONS.get(
@@ -484,7 +512,7 @@ def index_for(tree, rows: list | None = None) -> TreeIndex:
         if hit is not None:
             _CACHE.move_to_end(key)
             return hit[1]
-    index = TreeIndex(rows if rows is not None else describe(tree))
+    index = TreeIndex(rows if rows is not None else describe(tree), tree)
     with _CACHE_LOCK:
         _CACHE[key] = (tree if key[0] == "id" else None, index)
         while len(_CACHE) > _CACHE_SIZE:

@@ -1,0 +1,116 @@
+"""`quant_groups` over a 100,000-leaf FP8 checkpoint structure, and FP8 dequantize against
+the memory-bandwidth reference (`bandwidth.py`), from one run.
+
+    PYTHONPATH=. python benchmarks/bench_quant.py [--quick]
+
+1. quant_groups: a DeepSeek-V3-like tree of lazy leaves (no data: only shapes and dtypes are
+   read), 7 linear layers per block, each an (256, 384) float8_e4m3fn weight and its (2, 3)
+   float32 `weight_scale_inv`: 50,000 groups, 100,000 leaves. Target: median <= 50 ms.
+2. dequantize: an FP8 block-scaled tree of 1e8 parameters in memory (host arrays, 2048 x
+   2048 weights with 16 x 16 scales), to bfloat16 with `inspector.run`; GB/s counts codes
+   and scales read plus bf16 written, divided by the best copy of the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import inspector  # noqa: E402
+from inspector.core.lazy import LazyArray  # noqa: E402
+
+PROJS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def fp8_structure(n_leaves: int) -> dict:
+    """Nested dicts of lazy leaves, as `inspector.load` gives a sharded FP8 checkpoint."""
+    never = lambda: None  # noqa: E731  (never read: the walk reads shapes and dtypes)
+    layers, n = {}, 0
+    while n < n_leaves:
+        layer = {}
+        for proj in PROJS:
+            part, name = proj.split(".")
+            layer.setdefault(part, {})[name] = {
+                "weight": LazyArray((256, 384), ml_dtypes.float8_e4m3fn, never, "x:w"),
+                "weight_scale_inv": LazyArray((2, 3), np.float32, never, "x:s"),
+            }
+            n += 2
+            if n >= n_leaves:
+                break
+        layers[str(len(layers))] = layer
+    return {"model": {"layers": layers}}
+
+
+def bare_walk(node) -> int:
+    """Visits every dict and leaf doing nothing: the floor of any Python walk of the tree."""
+    n = 0
+    for k in sorted(node):
+        v = node[k]
+        n += bare_walk(v) if type(v) is dict else 1
+    return n
+
+
+def bench_groups(n_leaves: int, repeats: int) -> None:
+    tree = fp8_structure(n_leaves)
+    wall, cpu, floor, groups = [], [], [], []
+    for _ in range(repeats):  # interleaved with the floor: the machine's load moves both
+        start, start_cpu = time.perf_counter(), time.process_time()
+        groups = inspector.quant_groups(tree)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+        start = time.perf_counter()
+        bare_walk(tree)
+        floor.append(time.perf_counter() - start)
+    ms = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
+    print(f"quant_groups over {n_leaves:,} leaves ({len(groups):,} groups): median "
+          f"{ms(wall):.1f} ms wall (min {min(wall) * 1e3:.1f}, n={repeats}), "
+          f"{ms(cpu):.1f} ms CPU; a bare walk of the same dicts {ms(floor):.1f} ms; "
+          "target <= 50 ms")
+
+
+def fp8_tree(n_params: float, side: int = 2048) -> dict:
+    rng = np.random.default_rng(0)
+    n = max(1, int(n_params) // (side * side))
+    codes = rng.standard_normal((side, side)).astype(ml_dtypes.float8_e4m3fn)
+    scales = rng.uniform(1e-3, 1e-2, (side // 128, side // 128)).astype(np.float32)
+    return {f"l{i}": {"weight": codes.copy(), "weight_scale_inv": scales.copy()}
+            for i in range(n)}
+
+
+def bench_dequantize(n_params: float, rounds: int) -> None:
+    from bandwidth import Reference
+
+    tree = fp8_tree(n_params)
+    ref = Reference()
+    samples = []
+    for _ in range(rounds):
+        ref.sample()
+        r = inspector.run(inspector.dequantize, tree, "bfloat16", repeats=3)
+        samples.extend((r.bytes_read + r.bytes_written) / t / 1e9 for t in r.times)
+    ref.sample()
+    name, best = ref.best()
+    op = statistics.median(samples)
+    print(f"dequantize fp8 -> bf16, {n_params:.0e} params ({len(tree)} leaves of 2048x2048, "
+          f"{r.n_kernels} kernel calls, compile {r.compile_seconds:.2f} s): "
+          f"{op:.1f} GB/s ({min(samples):.1f}-{max(samples):.1f}), reference {name} "
+          f"{best:.1f} GB/s, ratio {op / best:.2f}; target >= 0.7")
+    print(ref.summary())
+    ref.close()
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
+    bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The jitted dequantization of each scheme: static shapes in the key, every array traced.
+
+Each `make_*` returns the function to jit for one (scheme, shapes, output dtype) key; codes,
+scales, zero points and group indices are its arguments, so a new checkpoint of the same
+layout reuses the compiled kernel. The first argument is the output buffer, donated (XLA
+writes the weight into it instead of fresh pages that fault on first touch), or None when the
+call streams from lazy leaves (`dequantize._no_out`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inspector.core.quant import schemes as S
+
+
+def _f32(x):
+    return x.astype(jnp.float32)
+
+
+def _code_table(code_dtype) -> np.ndarray:
+    """The float32 value of each of the 256 codes of a float8 type (NaNs included), exact:
+    ml_dtypes' own conversion."""
+    return np.arange(256, dtype=np.uint8).view(code_dtype).astype(np.float32)
+
+
+def make_fp8(shape: tuple, scale_shape: tuple, block: tuple, kind: str, out_dtype: str,
+             code_dtype=None, table: bool = False):
+    """`w = float(code) * scale`, the scale repeated over its block (ceil tiling).
+
+    With `table` (the CPU), codes are decoded by a look-up in their 256 values: XLA's CPU
+    conversion from float8 is element by element in software, 1.5-2x slower here (2048 x
+    2048 to bf16, 2 busy cores); GPUs convert float8 in hardware and take `astype`."""
+    divisible = all(n % b == 0 for n, b in zip(shape, block, strict=True))
+    values = _code_table(code_dtype) if table else None
+
+    def kernel(out, codes, scale):
+        del out  # donated: the result is written into its memory
+        if values is None:
+            x = _f32(codes)
+        else:
+            x = jnp.asarray(values)[jax.lax.bitcast_convert_type(codes, jnp.uint8)]
+        s = _f32(scale)
+        if kind == "per-tensor":
+            return (x * s.reshape(())).astype(out_dtype)
+        s = s.reshape(tuple(-(-n // b) for n, b in zip(shape, block, strict=True)))
+        if divisible:  # view the codes as (s0, b0, s1, b1, ...) and broadcast the scales
+            split = tuple(d for n, b in zip(shape, block, strict=True) for d in (n // b, b))
+            spread = tuple(d for n in s.shape for d in (n, 1))
+            return (x.reshape(split) * s.reshape(spread)).reshape(shape).astype(out_dtype)
+        for axis, (n, b) in enumerate(zip(shape, block, strict=True)):
+            if b > 1:
+                s = jax.lax.slice_in_dim(jnp.repeat(s, b, axis=axis), 0, n, axis=axis)
+        return (x * s).astype(out_dtype)
+
+    del scale_shape
+    return kernel
+
+
+def _e2m1(codes):
+    """The e2m1 value of 4-bit codes (sign bit 3, exponent bits 2-1, mantissa bit 0)."""
+    e = (codes >> 1) & 3
+    m = _f32(codes & 1)
+    magnitude = jnp.where(e == 0, m * 0.5, (1.0 + m * 0.5) * jnp.exp2(_f32(e) - 1.0))
+    return jnp.where((codes & 8) != 0, -magnitude, magnitude)
+
+
+def make_mxfp4(blocks_shape: tuple, out_dtype: str):
+    """Two e2m1 codes per byte (low nibble first), each block of 32 times 2^(s - 127)."""
+    *prefix, groups, width = blocks_shape
+
+    def kernel(out, blocks, scales):
+        del out
+        lo, hi = _e2m1(blocks & 0xF), _e2m1(blocks >> 4)
+        values = jnp.stack([lo, hi], axis=-1).reshape(*prefix, groups, 2 * width)
+        s = scales.astype(jnp.int32)
+        # e8m0: an exponent only; 0xFF is NaN. (Products below 2^-126 are subnormal: XLA's
+        # CPU backend flushes them to zero.)
+        scaled = jnp.ldexp(values, (s - 127)[..., None])
+        scaled = jnp.where((s == 255)[..., None], jnp.nan, scaled)
+        return scaled.reshape(*prefix, groups * 2 * width).astype(out_dtype)
+
+    return kernel
+
+
+_SHIFTS = np.arange(0, 32, 4, dtype=np.uint32)
+
+
+def _nibbles(words, axis: int):
+    """The eight 4-bit codes of each int32 word, lowest first, as a new axis after `axis`."""
+    w = jax.lax.bitcast_convert_type(words, jnp.uint32)
+    w = jnp.expand_dims(w, axis + 1)
+    shape = [1] * w.ndim
+    shape[axis + 1] = 8
+    return ((w >> jnp.asarray(_SHIFTS).reshape(shape)) & 0xF).astype(jnp.int32)
+
+
+def make_gptq(n_in: int, n_out: int, groups: int, has_g_idx: bool, out_dtype: str):
+    """AutoGPTQ: codes packed along the input dimension, zeros along the output one,
+    stored minus one; `w[o, i] = scales[g, o] * (q[i, o] - (z[g, o] + 1))`."""
+    size = n_in // groups if groups else n_in
+
+    def kernel(out, qweight, qzeros, scales, *g_idx):
+        del out
+        q = _nibbles(qweight, 0).reshape(n_in, n_out)  # row 8r + k: nibble k of word r
+        z = _nibbles(qzeros, 1).reshape(groups, n_out) + 1
+        g = g_idx[0].astype(jnp.int32) if has_g_idx else jnp.arange(n_in) // size
+        w = _f32(scales)[g] * _f32(q - z[g])
+        return w.T.astype(out_dtype)
+
+    return kernel
+
+
+_AWQ_INVERSE = tuple(int(i) for i in np.argsort(S.AWQ_ORDER))
+
+
+def make_awq(n_in: int, n_out: int, groups: int, out_dtype: str):
+    """AutoAWQ GEMM: codes and zeros packed along the output dimension in the order
+    [0, 2, 4, 6, 1, 3, 5, 7]; `w[o, i] = scales[g, o] * (q[i, o] - z[g, o])`."""
+    size = n_in // groups
+
+    def unpack(words):
+        nib = _nibbles(words, 1)  # (rows, out / 8, 8): nibble k holds column ORDER[k]
+        return nib[..., jnp.asarray(_AWQ_INVERSE)].reshape(words.shape[0], n_out)
+
+    def kernel(out, qweight, qzeros, scales):
+        del out
+        q, z = unpack(qweight), unpack(qzeros)
+        g = jnp.arange(n_in) // size
+        w = _f32(scales)[g] * _f32(q - z[g])
+        return w.T.astype(out_dtype)
+
+    return kernel

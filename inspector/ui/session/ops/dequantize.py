@@ -1,0 +1,57 @@
+"""Dequantize settings: the tree whose quantized weights become plain arrays, and their dtype."""
+
+from __future__ import annotations
+
+import param
+
+import inspector
+from inspector.ui.session.formatting import plural, shape_text
+from inspector.ui.session.loaded import SetupError, pick
+from inspector.ui.session.op_settings import PREVIEW_LINES, OpSettings, Preview, clip, register
+from inspector.ui.session.records import CallRecord, Job
+
+DTYPES = ["bfloat16", "float16", "float32"]
+
+
+@register
+class DequantizeSettings(OpSettings):
+    """One tree; each quantized weight (fp8, mxfp4, gptq, awq) replaced by its values."""
+
+    op = "dequantize"
+    title = "Dequantize"
+    position = 45
+    follows_selection = True
+
+    tree = param.String(default="", doc="Name of the tree to dequantize (the selected tree).")
+    dtype = param.Selector(default="bfloat16", objects=DTYPES,
+                           doc="The dtype of the dequantized weights.")
+
+    def job(self, trees: dict) -> Job:
+        (loaded,) = pick(trees, [self.tree])
+        call = CallRecord("dequantize", f"dequantize({self.tree}, {self.dtype})", [self.tree],
+                          {"dtype": self.dtype})
+        return Job(inspector.dequantize, (loaded.tree, self.dtype), call,
+                   f"{self.tree} · {self.dtype}")
+
+    def preview(self, trees: dict) -> Preview:
+        try:
+            (loaded,) = pick(trees, [self.tree])
+        except SetupError as e:
+            return Preview("", str(e))
+        tree = loaded.tree.unpack() if isinstance(loaded.tree, inspector.PackedTree) \
+            else loaded.tree
+        groups = inspector.quant_groups(tree)
+        usable = [g for g in groups if g.usable]
+        if not usable:
+            why = f" ({len(groups)} with problems: {groups[0].problems[0]})" if groups else ""
+            return Preview("", f"{self.tree} holds no quantized weight to dequantize{why}.")
+        lines = [f"{g.path}: {g.layout} → {shape_text(self.dtype, g.shape)}"
+                 for g in usable[:PREVIEW_LINES]]
+        head = f"{self.tree}: {plural(len(usable), 'weight')} to {self.dtype}"
+        if len(groups) > len(usable):
+            head += f" ({len(groups) - len(usable)} left as they are: see their badges)"
+        return Preview(clip(head + ":", lines, len(usable)), "")
+
+    @classmethod
+    def code(cls, call: CallRecord, names: list[str], writer) -> str:
+        return f"inspector.dequantize({names[0]}, dtype={call.options.get('dtype')!r})"
