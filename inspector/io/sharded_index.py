@@ -42,7 +42,9 @@ class IndexProblem:
             a tensor to a shard that does not hold it), `stray_tensor` (a shard holds a tensor
             the index does not map to it), `duplicate` (a tensor held by two shards or more),
             `stray_file` (a checkpoint file beside the index that it never names), `dtype_mix`
-            (a shard whose main dtype differs from the checkpoint's: a leftover file?).
+            (a shard whose main dtype differs from the checkpoint's wide-float one: a leftover
+            of a quantized or other-precision export? A quantized checkpoint's wide-float
+            shards, an FP8 model's bf16 embeddings, are not flagged).
         path: the tensor's name (`model.layers.0.mlp.up_proj.weight`) or the shard's file name.
         detail: what is wrong, in words.
     """
@@ -227,6 +229,11 @@ def _stray_files(index: Location, named: set[str]) -> list[IndexProblem]:
     ]
 
 
+def _is_codes(dtype: str) -> bool:
+    """Whether a dtype holds quantized codes (float8, packed integers) rather than weights."""
+    return dtype.startswith(("float8", "float4", "float6", "uint", "int")) or dtype == "bool"
+
+
 def _dtype_mix(headers: dict[str, dict[str, TensorEntry]]) -> list[IndexProblem]:
     per_shard: dict[str, Counter] = {}
     overall: Counter = Counter()
@@ -244,7 +251,7 @@ def _dtype_mix(headers: dict[str, dict[str, TensorEntry]]) -> list[IndexProblem]
         if not counts:
             continue
         own, n = counts.most_common(1)[0]
-        if own != main:
+        if own != main and not _is_codes(main):
             problems.append(
                 IndexProblem(
                     "dtype_mix",

@@ -177,3 +177,27 @@ def test_an_unreadable_index_is_a_load_error(tmp_path):
     index.write_text('{"weight_map": {"a": 3}}')
     with pytest.raises(LoadError, match="no 'weight_map' object"):
         inspector.check_index(index)
+
+
+def test_an_fp8_checkpoint_keeping_a_bf16_shard_is_no_dtype_mix(tmp_path):
+    fp8 = ml_dtypes.float8_e4m3fn
+    safetensors.numpy.save_file(
+        {"layers.0.w": np.ones((64, 64), fp8), "layers.0.w_scale_inv": np.ones(1, np.float32)},
+        str(tmp_path / S1),
+    )
+    safetensors.numpy.save_file({"lm_head.weight": np.ones((8, 64), BF16)}, str(tmp_path / S2))
+    weight_map = {"layers.0.w": S1, "layers.0.w_scale_inv": S1, "lm_head.weight": S2}
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    assert inspector.check_index(index) == []
+
+
+def test_a_float32_shard_beside_bfloat16_ones_is_a_dtype_mix(tmp_path):
+    values = tensors()
+    names = list(values)
+    safetensors.numpy.save_file({n: values[n] for n in names[:3]}, str(tmp_path / S1))
+    safetensors.numpy.save_file({names[3]: np.ones(4, np.float32)}, str(tmp_path / S2))
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = {n: S1 for n in names[:3]} | {names[3]: S2}
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    assert kinds(inspector.check_index(index)) == [("dtype_mix", S2)]
