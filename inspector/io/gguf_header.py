@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 import mmap
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from inspector.io.file_error import file_error
@@ -76,8 +78,8 @@ class GGUFHeader:
     """What a GGUF header declares, checked against the file."""
 
     version: int
-    metadata: dict[str, Any]
-    tensors: list[TensorInfo]
+    metadata: Mapping[str, Any]  # read-only: `gguf_format.read` shares headers it keeps
+    tensors: tuple[TensorInfo, ...]
     alignment: int
     data_start: int
     bytes_read: int = field(default=0, compare=False)
@@ -210,7 +212,14 @@ def _walk(cursor: _Cursor, location: Location, ggml_types) -> GGUFHeader:
     infos = [_tensor_info(cursor, location, ggml_types) for _ in range(n_tensors)]
     data_start = -(-cursor.pos // alignment) * alignment
     tensors = _place(infos, data_start, alignment, size, location)
-    return GGUFHeader(version, metadata, tensors, alignment, data_start, cursor.bytes_read)
+    return GGUFHeader(
+        version,
+        MappingProxyType(metadata),
+        tuple(tensors),
+        alignment,
+        data_start,
+        cursor.bytes_read,
+    )
 
 
 def _key(cursor: _Cursor, i: int, location) -> str:

@@ -310,3 +310,13 @@ def test_nonfinite_scales_read_as_values_not_warnings(tmp_path):
     path = write_gguf(tmp_path / "nonfinite.gguf", {"w": (raw, Q.Q8_0)})
     values = np.asarray(inspector.load(path)["w"])  # warnings are errors under pytest
     assert np.isnan(values[0, 0]) and values[0, 1] == np.inf and np.isnan(values[0, 32:]).all()
+
+
+def test_a_header_is_read_once_until_its_file_changes(tmp_path):
+    path = write_gguf(tmp_path / "m.gguf", {"w": np.zeros(4, np.float32)})
+    first = gguf_format.read(path)
+    assert gguf_format.read(path) is first  # the app reads it for the tree, then the metadata
+    with pytest.raises(TypeError):
+        first.metadata["general.architecture"] = "x"  # shared, so read-only
+    write_gguf(path, {"w": np.zeros(8, np.float32)})
+    assert gguf_format.read(path).tensors[0].shape == (8,)
