@@ -79,6 +79,11 @@ _EXPORTS = {
     "dequantize": "inspector.ops",
     # checkpoints as people have them: foreign objects in pickles, kept inert
     "Opaque": "inspector.core.opaque",
+    # GGUF and sharded checkpoints: file-level facts, index checks
+    "file_info": "inspector.io.file_info",
+    "FileInfo": "inspector.io.file_info",
+    "check_index": "inspector.io.sharded_index",
+    "IndexProblem": "inspector.io.sharded_index",
     # the UI (imports panel when first used)
     "show": "inspector.ui.notebook",
     "Inspector": "inspector.ui.notebook",

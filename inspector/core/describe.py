@@ -40,7 +40,9 @@ class Row(NamedTuple):
             and inner nodes.
         quant: on the leaf holding a quantized weight's codes, what it is and where its
             scales are (`fp8 e4m3 · 128x128 block scales in ['weight_scale_inv']`), then its
-            problems (see `inspector.quant_groups`); `None` elsewhere.
+            problems (see `inspector.quant_groups`); on a leaf its file stores quantized (a
+            GGUF tensor), how (`'Q4_K · 4.5 bits/value · 1.1 MiB in the file'`, from
+            `LazyArray.quant`); `None` elsewhere.
         opaque: for an `Opaque` leaf (kind `opaque`: an object a checkpoint describes but the
             inspector never rebuilds), what it holds in a few words (`‹ListConfig› [3 items]`);
             `None` elsewhere.
@@ -156,8 +158,9 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
         # on a device, or a checkpoint leaf saved sharded (100k-leaf trees: skip the rest)
         sharding = sharding_text(node) if device is not None or (
             type(node) is LazyArray and node.sharding is not None) else None
+        quant = node.quant if type(node) is LazyArray else None
         rows.append(_row(path, key, depth, kind, type(node).__name__, shape, dtype, nbytes,
-                         1, n_params, 0, device, sharding))
+                         1, n_params, 0, device, sharding, quant))
         return nbytes, 1, n_params
     if depth >= _max_depth and kids:
         raise nodes.DepthExceeded

@@ -16,6 +16,8 @@ class LazyArray:
     milliseconds. `np.asarray(leaf)` (or `leaf.read()`) reads the data; the result is cached
     only when `cache=True`, so streaming operations hold one leaf at a time. `sharding` is how
     the array was laid out over devices when it was saved (`SavedSharding`), if the file says.
+    `quant` says, in words, how a quantized leaf is stored when its file holds it quantized
+    (a GGUF `Q4_K` tensor read as float32); `describe` shows it as `Row.quant`.
 
     >>> leaf = LazyArray((2, 3), "float32", lambda: np.zeros((2, 3), np.float32), source="x")
     >>> leaf.shape, leaf.dtype, leaf.nbytes
@@ -24,7 +26,7 @@ class LazyArray:
     0.0
     """
 
-    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding")
+    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding", "quant")
 
     def __init__(
         self,
@@ -34,6 +36,7 @@ class LazyArray:
         source: str = "",
         cache: bool = False,
         sharding=None,
+        quant: str | None = None,
     ):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
@@ -42,6 +45,7 @@ class LazyArray:
         self._cache = cache
         self._value = None
         self.sharding = sharding
+        self.quant = quant
 
     @property
     def ndim(self) -> int:

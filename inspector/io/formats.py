@@ -9,6 +9,7 @@ from typing import Any
 
 from inspector.core.errors import InspectorError
 from inspector.io import (
+    gguf_format,
     hdf5_format,
     limits,
     msgpack_format,
@@ -16,6 +17,7 @@ from inspector.io import (
     npz_format,
     orbax_format,
     safetensors_format,
+    sharded_index,
     torch_format,
 )
 from inspector.io.file_error import missing_library, reader_bug
@@ -25,7 +27,7 @@ from inspector.io.sniff import sniff
 
 LOADERS: dict[str, Callable[[str | os.PathLike], Any]] = {
     "safetensors": safetensors_format.load,
-    "safetensors-index": safetensors_format.load_index,
+    "safetensors-index": sharded_index.load_index,
     "npy": npz_format.load_npy,
     "npz": npz_format.load_npz,
     "orbax": orbax_format.load,
@@ -33,6 +35,7 @@ LOADERS: dict[str, Callable[[str | os.PathLike], Any]] = {
     "hdf5": hdf5_format.load,
     "torch": torch_format.load_zip,
     "torch-legacy": torch_format.load_legacy,
+    "gguf": gguf_format.load,
 }
 """The reader of each format `sniff` names."""
 

@@ -1,4 +1,4 @@
-"""safetensors files, single and sharded (`*.safetensors.index.json`): read lazily, written.
+"""safetensors files: read lazily, written (sharded checkpoints: `sharded_index`).
 
 A safetensors file is an 8-byte little-endian header length, a JSON header naming each tensor's
 dtype, shape and `[begin, end)` byte range in the data section, then the data. The header is
@@ -14,8 +14,6 @@ import math
 import os
 import struct
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,10 +21,8 @@ import numpy as np
 from inspector.core.errors import InspectorError, bullet_list
 from inspector.core.lazy import LazyArray
 from inspector.io import nesting, subbyte
-from inspector.io.file_error import file_error
-from inspector.io.limits import confined
 from inspector.io.locate import locate
-from inspector.io.location import LocalFile, Location
+from inspector.io.location import Location
 from inspector.io.replacing import replacing
 from inspector.io.safetensors_header import (  # noqa: F401 (read_header: this module's API too)
     CODES,
@@ -56,75 +52,6 @@ def load(path: str | os.PathLike | Location) -> dict:
     return nesting.unflatten(_leaves(location, entries), location)
 
 
-def load_index(path: str | os.PathLike | Location) -> dict:
-    """Returns the tensors of a sharded checkpoint (`*.safetensors.index.json`) as one tree.
-
-    The index's `weight_map` names the shard holding each tensor; every shard's header is read
-    and checked, no tensor data is. A shard must be a file beside the index (or below it), and
-    with a `root` in the load's limits it must resolve, links followed, inside that root.
-
-    Args:
-        path: the index file; shards are found beside it.
-
-    Returns:
-        Nested dicts of `LazyArray`, in `weight_map` order, keys split on ".".
-
-    Raises:
-        LoadError: the index is not valid JSON or has no `weight_map`, a shard is missing or
-            damaged, or a tensor is not in the shard the index names (all such are listed).
-    """
-    location = path = locate(path)
-    index = read_json(path, path.size(), "the index")
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
-        raise file_error(
-            path,
-            "the index has no 'weight_map' object of tensor name -> shard file name",
-            "Pass a Hugging Face style *.safetensors.index.json, or one of its shards.",
-        )
-    shards = list(dict.fromkeys(weight_map.values()))
-    shard_locations: dict[str, Location] = {}
-    for shard in shards:
-        if location.local_path is not None:
-            folder = location.local_path.parent
-            shard_locations[shard] = LocalFile(confined(shard, folder, path, f"shard {shard!r}"))
-        elif Path(shard).is_absolute() or ".." in Path(shard).parts:
-            raise file_error(
-                path, f"shard {shard!r} is outside the index's folder", "Fix the weight_map."
-            )
-        else:
-            shard_locations[shard] = location.sibling(shard)
-
-    def header(shard: str) -> dict[str, TensorEntry]:
-        shard_location = shard_locations[shard]
-        if not shard_location.exists() or shard_location.is_dir():
-            raise file_error(
-                path,
-                f"shard {shard!r} named in the weight_map does not exist beside the index",
-                "Download every shard next to the index.",
-            )
-        return {entry.name: entry for entry in read_header(shard_location)}
-
-    # remote shards' headers are fetched concurrently (local ones cost microseconds each)
-    with ThreadPoolExecutor(max_workers=1 if location.local_path else 8) as pool:
-        headers = dict(zip(shards, pool.map(header, shards), strict=True))
-    missing = [
-        f"{name!r} in {shard}" for name, shard in weight_map.items() if name not in headers[shard]
-    ]
-    if missing:
-        raise file_error(
-            path,
-            f"{len(missing)} tensor(s) of the weight_map are not in the shard it names",
-            "The index does not match its shards; download them again.",
-            details=bullet_list(missing),
-        )
-    pairs = (
-        (name, _leaf(shard_locations[shard], headers[shard][name]))
-        for name, shard in weight_map.items()
-    )
-    return nesting.unflatten(pairs, path)
 
 
 def save(flat: dict[str, Any], path: str | os.PathLike) -> None:

@@ -2,7 +2,7 @@
 
 File suffixes lie (`.bin` is PyTorch, or anything; `.h5` may be Keras or plain HDF5), so each
 format is recognised by what its writer puts first. The checks run in an order that keeps them
-unambiguous: `.npy` (`\\x93NUMPY`), zip (npz or PyTorch), PyTorch legacy pickle and HDF5 have
+unambiguous: `.npy` (`\\x93NUMPY`), zip (npz or PyTorch), GGUF, PyTorch legacy pickle and HDF5 have
 fixed magic bytes; safetensors has a length then `{` at byte 8; a JSON index starts with `{`;
 HDF5 after a user block (its magic at 512, 1024, ... bytes) comes next, since each offset costs
 a read (a request, for a URL); flax msgpack, which has no magic, is last: a msgpack map, array
@@ -31,6 +31,7 @@ FORMATS = (
     "hdf5",
     "torch",
     "torch-legacy",
+    "gguf",
 )
 """Every format name `sniff` returns."""
 
@@ -38,6 +39,7 @@ FORMATS = (
 # pickles first.
 TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+GGUF_MAGIC = b"GGUF"
 ORBAX_MARKERS = ("_METADATA", "_CHECKPOINT_METADATA", "manifest.ocdbt", "commit_success.txt")
 _SAFETENSORS_MAX_HEADER = 100_000_000
 _INDEX_LIMIT = 16_000_000  # an index names tensors and shards; read this much to tell one
@@ -53,7 +55,7 @@ _MSGPACK_CONTAINERS = {
 
 _SUPPORTED = (
     "Supported: safetensors (and *.safetensors.index.json), .npy, .npz, orbax checkpoint "
-    "folders, flax msgpack, HDF5 / Keras .h5, PyTorch .pt/.pth/.bin state dicts."
+    "folders, flax msgpack, HDF5 / Keras .h5, PyTorch .pt/.pth/.bin state dicts, GGUF."
 )
 
 
@@ -96,6 +98,8 @@ def sniff(path: str | os.PathLike | Location) -> str:
         return "npy"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return _sniff_zip(location)
+    if head.startswith(GGUF_MAGIC):
+        return "gguf"
     if head.startswith(TORCH_LEGACY_MAGIC):
         return "torch-legacy"
     if head.startswith(HDF5_MAGIC):

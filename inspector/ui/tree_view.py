@@ -12,6 +12,7 @@ import panel as pn
 import panel_material_ui as pmui
 import param
 
+from inspector.ui.file_info_view import FileInfoView
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.leaf_stats_view import LeafStatsView
 from inspector.ui.next_tick import next_tick
@@ -123,6 +124,8 @@ class TreeView(pn.viewable.Viewer):
                                        sizing_mode="stretch_width")
         self.table = LeafTableView(state, source=self.source)
         self.stats = LeafStatsView(state, source=self.source)
+        # the file's metadata and problems (a sharded index's), above the input tree
+        self.file_info = FileInfoView(state) if self.source == "input" else None
         self._empty = pmui.Typography(
             "Load a tree from the sidebar." if self.source == "input"
             else "Run an operation to see its result here.", variant="body2", margin=(10, 10))
@@ -158,6 +161,8 @@ class TreeView(pn.viewable.Viewer):
         self._stats_shown |= shown and bool(self.view.path)
         early = self.source == "result"
         parts = [self._header] + ([self._empty] if early or not shown else [])
+        if shown and self.file_info is not None:
+            parts.append(self.file_info.__panel__())
         # The result view is built after the first paint (with its card): its search field
         # and tree join at once, hidden, so a session's first result only shows them instead
         # of building their models while the user waits (~65 ms of server time each, queued

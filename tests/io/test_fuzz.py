@@ -79,6 +79,7 @@ def _write_seeds(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         bf16 = f.create_dataset("layer/b", data=b.view(np.uint16))
         bf16.attrs["dtype"] = "bfloat16"
         f.create_dataset("names", data=np.array([b"w", b"b"]))
+    _write_gguf(seed("gguf") / "m.gguf", w)
     shutil.copy(FIXTURES / "state_dict_zip.pt", seed("torch") / "m.pt")
     shutil.copy(FIXTURES / "state_dict_legacy.pt", seed("torch-legacy") / "m.pt")
     import orbax.checkpoint as ocp
@@ -86,6 +87,21 @@ def _write_seeds(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     with ocp.PyTreeCheckpointer(use_ocdbt=False) as checkpointer:
         checkpointer.save((seed("orbax") / "ckpt").absolute(), tree)
     return seeds
+
+
+def _write_gguf(path: pathlib.Path, w: np.ndarray) -> None:
+    import gguf  # llama.cpp's writer: key/values, a string array, F32 and Q8_0 tensors
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(64)
+    writer.add_token_list(["a", "bc", "def"])
+    writer.add_tensor("layer.w", w)
+    q8 = gguf.quants.quantize(np.tile(w, (1, 8)), gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("layer.q", q8, raw_shape=q8.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def _checkpoint(seed: pathlib.Path) -> pathlib.Path:

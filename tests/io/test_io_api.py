@@ -203,7 +203,7 @@ def test_folder_of_checkpoints_suggests_them(tmp_path):
 def test_sniff_names_are_the_documented_ones():
     assert set(FORMATS) == {
         "safetensors", "safetensors-index", "npy", "npz", "orbax", "flax-msgpack", "hdf5",
-        "torch", "torch-legacy",
+        "torch", "torch-legacy", "gguf",
     }  # fmt: skip
 
 

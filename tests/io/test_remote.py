@@ -27,6 +27,7 @@ FORMATS = {  # name -> (what to load, below the server root; most requests for i
     "npz": ("model.npz", 3 + 6),
     # _METADATA, _sharding, manifest.ocdbt (size, then tensorstore's reads), b-tree nodes
     "orbax": ("ckpt/", 10),
+    "gguf": ("model.gguf", 4),
 }
 BUCKET = "ckpts"
 
@@ -61,11 +62,27 @@ def root(tmp_path_factory):
                        for i in range(6) for k in ("w", "b")})
     (folder / "sharded/model.safetensors.index.json").write_text(
         json.dumps({"metadata": {}, "weight_map": weight_map}))
+    _write_gguf(folder / "model.gguf", tree)
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(folder / "ckpt", tree)
     checkpointer.wait_until_finished()
     (folder / "notes.txt").write_text("not a checkpoint\n" * 10)
     return folder
+
+
+def _write_gguf(path, tree) -> None:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("embed", tree["embed"])
+    for i, layer in tree["layers"].items():
+        writer.add_tensor(f"layers.{i}.w", layer["w"])
+        writer.add_tensor(f"layers.{i}.b", layer["b"])
+    writer.add_tensor("step", tree["step"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 @pytest.fixture(scope="module")

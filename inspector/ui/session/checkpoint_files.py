@@ -13,6 +13,7 @@ No Panel here: the session state calls these from its worker thread, tests call 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -117,10 +118,17 @@ def open_checkpoints(root: str, paths) -> list[LoadedTree]:
         path = inside_root(root, p) if root else Path(p).resolve()
         try:
             tree = inspector.load(path, root=root or None)
+            info = shown_info(inspector.file_info(path, root=root or None), root)
         except inspector.InspectorError as exc:
             raise type(exc)(relative_to_root(str(exc), root)) from None
-        out.append(prepare(path.name, tree, f"file {path.name}"))
+        out.append(prepare(path.name, tree, f"file {path.name}", info))
     return out
+
+
+def shown_info(info, root: str | os.PathLike | None):
+    """`info` (an `inspector.FileInfo`) with paths in its problems shown relative to `root`."""
+    problems = tuple(relative_to_root(p, root) for p in info.problems)
+    return dataclasses.replace(info, problems=problems)
 
 
 def remote_prefixes_from_env(value: str | None = None) -> list[str] | None:
@@ -203,6 +211,7 @@ def open_upload(filename: str, data: bytes | os.PathLike) -> LoadedTree:
             shutil.move(received, path)
         try:
             tree = inspector.load(path, root=folder, max_inflate=MAX_UPLOAD_INFLATE_BYTES)
+            info = shown_info(inspector.file_info(path, root=folder), folder)
             tree = jax.tree.map(
                 lambda x: x.read().copy() if isinstance(x, inspector.LazyArray) else x, tree)
         except inspector.InspectorError as exc:
@@ -214,7 +223,7 @@ def open_upload(filename: str, data: bytes | os.PathLike) -> LoadedTree:
             received.unlink(missing_ok=True)
             if received.parent.name.startswith(UPLOAD_PREFIX):  # UploadInput's own folder
                 shutil.rmtree(received.parent, ignore_errors=True)
-    return prepare(name, tree, f"upload {name}")
+    return prepare(name, tree, f"upload {name}", info)
 
 
 def export_name(tree_name: str, fmt: str) -> str:

@@ -18,6 +18,8 @@ class LoadedTree:
             so a weighted sum of such trees is one kernel per dtype.
         source: where it came from (`example: S1: weighted sum`, `result of stack(...)`).
         n_leaves, n_params, nbytes: totals over the tree.
+        info: what its file says beside the tensors (`inspector.file_info`: GGUF metadata,
+            a sharded index's problems), for a tree opened from a file; else None.
     """
 
     name: str
@@ -26,6 +28,7 @@ class LoadedTree:
     n_leaves: int
     n_params: int
     nbytes: int
+    info: object = None
 
     @property
     def index(self) -> TreeIndex:
@@ -36,7 +39,7 @@ class LoadedTree:
         return isinstance(self.tree, inspector.PackedTree)
 
 
-def prepare(name: str, tree, source: str) -> LoadedTree:
+def prepare(name: str, tree, source: str, info=None) -> LoadedTree:
     """Describes, packs and indexes `tree`: the slow part of a load.
 
     In-memory trees whose leaves are all arrays are packed (a weighted sum of packed trees is
@@ -58,7 +61,7 @@ def prepare(name: str, tree, source: str) -> LoadedTree:
                 pass  # strings or objects among the leaves: keep the tree as it is
         index_for(tree, rows)
     root = rows[0]
-    return LoadedTree(name, tree, source, root.n_leaves, root.n_params, root.nbytes)
+    return LoadedTree(name, tree, source, root.n_leaves, root.n_params, root.nbytes, info)
 
 
 def is_sharded(leaf) -> bool:

@@ -407,6 +407,8 @@ class TreeIndex:
             parts = [key, node_text(row), human_bytes(row.nbytes)]
             if row.sharding:  # P('data', None) over data=4, model=2
                 parts.append(row.sharding.replace("PartitionSpec(", "P("))
+            if row.quant:  # Q4_K · 4.5 bits/value · 9 MiB in the file
+                parts.append(row.quant)
             return _SEP.join(parts), ""
         if row.kind == "None" or row.kind == "opaque":  # ‹ListConfig› [3 items]
             return _SEP.join([key, node_text(row)]), ""
