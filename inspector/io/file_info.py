@@ -87,7 +87,7 @@ def _read(location: Location, fmt: str) -> FileInfo:
     elif fmt == "safetensors-index":
         from inspector.io import safetensors_format, sharded_index
 
-        content = safetensors_format._read_json(location, location.size(), "the index")
+        content = safetensors_format.read_json(location, location.size(), "the index")
         if isinstance(content, dict) and isinstance(content.get("metadata"), dict):
             metadata = content["metadata"]
         problems = tuple(str(p) for p in sharded_index.check_index(location))
@@ -100,7 +100,7 @@ def _safetensors_metadata(location: Location) -> dict[str, Any]:
     (header_len,) = struct.unpack("<Q", location.read(0, 8))
     if header_len > min(location.size() - 8, safetensors_format.MAX_HEADER_BYTES):
         return {}  # `load` says what is wrong with the header
-    header = safetensors_format._read_json(
+    header = safetensors_format.read_json(
         location, header_len, "the safetensors header", location.read(8, 8 + header_len)
     )
     value = header.get("__metadata__") if isinstance(header, dict) else None
