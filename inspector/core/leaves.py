@@ -1,19 +1,17 @@
 """What a leaf is without reading it: shape, dtype name, bytes and device.
 
 The ground floor of the core: `describe`, `diff`, `packed` and the ops all read leaves through
-these, and this module imports no other part of the core but `devices`.
+these, and this module imports no other part of the core but `devices`, and JAX only once a leaf
+needs it (a JAX array, a Python scalar), so describing lazy checkpoint leaves stays JAX-free.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 
-import jax
 import numpy as np
 
-from inspector.core.devices import device_name
-
-_JAX_ARRAY = jax.Array
 _DTYPE_NAMES: dict = {}
 
 
@@ -44,12 +42,17 @@ def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None
     dtype = getattr(leaf, "dtype", None)
     if shape is None or dtype is None:
         if isinstance(leaf, bool | int | float | complex):
+            import jax  # how JAX holds it depends on its x64 setting
+
             dt = jax.dtypes.canonicalize_dtype(np.result_type(type(leaf)))
             return (), dtype_name(dt), dt.itemsize, None
         return None, None, 0, None
     shape = tuple(shape)
     device = None
-    if isinstance(leaf, _JAX_ARRAY):
+    jax = sys.modules.get("jax")  # not imported: no leaf is a JAX array
+    if jax is not None and isinstance(leaf, jax.Array):
+        from inspector.core.devices import device_name
+
         devs = leaf.sharding.device_set
         device = device_name(next(iter(devs))) if len(devs) == 1 else f"{len(devs)} devices"
     return shape, dtype_name(dtype), math.prod(shape) * np.dtype(dtype).itemsize, device
