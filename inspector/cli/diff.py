@@ -77,7 +77,7 @@ def run(args) -> int:
         out.line(f"{len(found):,} difference(s) ({kinds}).")
     else:
         what = "structure and values" if args.values else "structure"
-        out.line(f"No differences: the {what} agree.")
+        out.line(f"No differences: the {what} {'agree' if args.values else 'agrees'}.")
     return FINDING if found else CLEAN
 
 
