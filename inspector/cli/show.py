@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from inspector.cli.output import CLEAN, Output, common_options
+from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
 
 _INDENT = "  "
 
@@ -103,18 +104,14 @@ def _path(index, entry) -> str:
 
 
 def _header(out: Output, path, fmt: str, metadata: dict, root) -> None:
-    from inspector.core.node_text import totals_text
-
     about = " · ".join(x for x in (fmt, totals_text(root.n_leaves, root.n_params, root.nbytes))
                        if x)
     out.line(f"{out.paint(str(path), 'bold')} · {about}")
-    for key, value in metadata.items():
-        out.line(out.paint(f"metadata: {key} = {value}", "dim"))
+    for key in sorted(metadata, key=str):  # files keep no order (safetensors writes a map)
+        out.line(out.paint(f"metadata: {key} = {metadata[key]}", "dim"))
 
 
 def _text(out: Output, index, entry, depth: int) -> str:
-    from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
-
     pad = _INDENT * depth
     if entry[0] != "node":
         parts, secondary = index.label_parts(entry)
