@@ -44,12 +44,13 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     out = Output(args.json, args.quiet)
     from inspector.cli.mergekit_config import ConfigError, read_config
+    from inspector.core.errors import InspectorError
 
     try:
         job = read_config(args.config)
         sources = [resolve_model(ref) for ref in job.models]
         base_source = resolve_model(job.base) if job.base is not None else None
-    except ConfigError as error:
+    except (ConfigError, InspectorError) as error:
         return out.fail(str(error))
     for note in job.notes:
         out.note(note)
@@ -113,15 +114,15 @@ def run(args) -> int:
 
 
 def resolve_model(ref: str) -> tuple[str, Path | None]:
-    """Returns `(what inspector.load opens, the model's folder or None)` for a model reference.
-
-    A folder gives its `model.safetensors.index.json`, its one `*.safetensors` (or its one
-    `*.safetensors.index.json`), its `pytorch_model.bin`, or else the folder itself (orbax).
+    """Returns `(what inspector.load opens, the model's folder or None)` for a model reference:
+    a URL, a file, or a folder (its file as `loading.model_file` finds it).
 
     Raises:
         ConfigError: a local path that does not exist (with how to get a Hugging Face repo),
-            a LoRA reference, or a folder of several `*.safetensors` without an index.
+            or a LoRA reference.
+        LoadError: a folder of several `*.safetensors` without an index.
     """
+    from inspector.cli.loading import model_file
     from inspector.cli.mergekit_config import ConfigError
     from inspector.io.locate import is_url
 
@@ -138,23 +139,7 @@ def resolve_model(ref: str) -> tuple[str, Path | None]:
             f"model {ref!r} is not a local folder, file or URL. A Hugging Face repo must be "
             f"downloaded first (huggingface-cli download {ref} --local-dir DIR, then give "
             f"DIR), or name its file as hf://{ref}/model.safetensors.")
-    for name in ("model.safetensors.index.json", "model.safetensors"):
-        if (path / name).is_file():
-            return str(path / name), path
-    for pattern in ("*.safetensors.index.json", "*.safetensors"):
-        found = sorted(path.glob(pattern))
-        if len(found) == 1:
-            return str(found[0]), path
-        if len(found) > 1 and pattern.endswith(".json"):
-            raise ConfigError(f"model folder {ref} holds several indexes "
-                              f"({', '.join(p.name for p in found)}); give the file to use.")
-        if len(found) > 1:
-            raise ConfigError(f"model folder {ref} holds {len(found)} .safetensors files and no "
-                              "index naming each tensor's file; give one file, or add the "
-                              "model.safetensors.index.json.")
-    if (path / "pytorch_model.bin").is_file():
-        return str(path / "pytorch_model.bin"), path
-    return str(path), path
+    return str(model_file(path)), path
 
 
 def _cast(tree, dtype: str):

@@ -16,6 +16,7 @@ Reads headers only: no array data, no JAX.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from inspector.cli.output import CLEAN, Output, common_options
 from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
@@ -46,7 +47,6 @@ def run(args) -> int:
     import inspector
     from inspector.cli.loading import load_or_fail
     from inspector.core.tree_index import TreeIndex
-    from inspector.io.file_metadata import file_metadata
 
     tree = load_or_fail(args.path, out)
     if isinstance(tree, int):
@@ -55,7 +55,7 @@ def run(args) -> int:
     index = TreeIndex(rows)
     every = args.all or args.match is not None
     index.fold = not every
-    fmt, metadata = file_metadata(args.path) if isinstance(tree, dict) else ("", {})
+    fmt, metadata = _about(args.path)
     root = rows[0]
     if out.json:
         out.record("file", path=str(args.path), format=fmt, metadata=metadata,
@@ -75,6 +75,21 @@ def run(args) -> int:
     if args.match is not None:
         out.note(f"{shown:,} of {len(rows):,} nodes match {args.match.pattern!r}.")
     return CLEAN
+
+
+def _about(path: str) -> tuple[str, dict]:
+    """The file's format and metadata (`("", {})` where they cannot be told)."""
+    from inspector.cli.loading import model_file
+    from inspector.core.errors import InspectorError
+    from inspector.io.file_metadata import file_metadata
+    from inspector.io.locate import is_url
+
+    try:
+        if not is_url(path) and Path(path).is_dir():
+            path = model_file(Path(path))
+        return file_metadata(path)
+    except (InspectorError, OSError):
+        return "", {}
 
 
 def _walk(index, max_depth: int | None, every: bool):

@@ -223,3 +223,15 @@ def test_dtype_casts_the_written_tensors_once(models):
         assert merged[leaf].dtype.name == "bfloat16"
         expected = FIXTURE[f"out/linear/{leaf}"].astype(merged[leaf].dtype)  # float32, cast
         np.testing.assert_array_equal(np.asarray(merged[leaf]), expected)
+
+
+def test_models_that_do_not_match_exit_2_naming_the_key_path(models, capsys):
+    (models / "odd").mkdir(exist_ok=True)
+    odd = {leaf: FIXTURE[f"in/m1/{leaf}"] for leaf in LEAVES}
+    odd["w"] = odd["w"][:4]
+    inspector.save(odd, models / "odd" / "model.safetensors")
+    text = YAMLS["linear"].replace("model: m1", "model: odd")
+    assert merge(models, text, "refused") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pytree-inspector: Cannot merge 3 trees with 'linear'") and "['w']" in err
+    assert not (models / "refused").exists()

@@ -149,3 +149,20 @@ def test_a_quantized_row_shows_its_quant_record(capsys):
     assert show._record(index, ("node", 1), 1)[1]["quant"] == "Q4_0 · 2 problems"
     assert "quant" not in show._record(index, ("node", 0), 0)[1]
     assert math.prod((4, 8)) == rows[1].n_params
+
+
+def test_a_model_folder_opens_its_model_file(cli, model, tmp_path):
+    path, _ = model
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.safetensors").write_bytes(path.read_bytes())
+    done = cli("show", tmp_path / "m", "--depth", "0")
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[1:3] == ["metadata: format = pt", "metadata: step = 1200"]
+    (tmp_path / "two").mkdir()
+    for name in ("a", "b"):
+        save_file({"x": np.zeros(2, np.float32)}, str(tmp_path / "two" / f"{name}.safetensors"))
+    done = cli("show", "two", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("pytree-inspector: Cannot load two: the folder holds 2 "
+                                  ".safetensors files and no index (a.safetensors, "
+                                  "b.safetensors, ...).")
