@@ -133,6 +133,11 @@ def from_mapping(config, where: str = "the configuration") -> MergeJob:
             raise ConfigError(
                 f"{where}: {name_}: {method} has no parameter {', '.join(map(repr, bad))}; it "
                 f"takes: {', '.join(sorted(accepted))}.")
+        whole = sorted(set(params) & accepted - set(_PER_MODEL) - {"int8_mask"})
+        if name_ != "parameters" and whole:
+            raise ConfigError(
+                f"{where}: {name_}: {', '.join(whole)} applies to the whole merge, not one "
+                "model: put it under the top-level `parameters:`.")
     if "int8_mask" in top or any("int8_mask" in p for _, p in entries):
         notes.append("`int8_mask` is ignored: it saves memory in mergekit and does not change "
                      "the result")

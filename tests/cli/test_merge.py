@@ -193,6 +193,9 @@ def test_past_the_shard_size_the_output_is_sharded_with_an_index(models, capsys)
     ("merge_method: ties\nbase_model: base\nmodels:\n  - model: m0\n    parameters: "
      "{weight: 1, epsilon: 0.1}\n", "models[0].parameters: ties has no parameter 'epsilon'; "
      "it takes: density, int8_mask, lambda, normalize, rescale, weight."),
+    ("merge_method: ties\nbase_model: base\nmodels:\n  - model: m0\n    parameters: "
+     "{weight: 1, normalize: false}\n", "models[0].parameters: normalize applies to the whole "
+     "merge, not one model: put it under the top-level `parameters:`."),
     ("merge_method: task_arithmetic\nmodels:\n  - model: m0\n    parameters: {weight: 1}\n",
      "task_arithmetic needs `base_model:`"),
     ("merge_method: linear\nmodels:\n  - model: org/Model-7B\n    parameters: {weight: 1}\n",
