@@ -4,7 +4,8 @@
 
     PYTHONPATH=. python benchmarks/bench_cli.py [--tensors 100000] [--repeats 3]
 
-Each figure is the median of `--repeats` fresh processes, so every one pays what a user pays:
+Each figure is the median of `--repeats` fresh processes (the library's and the commands'
+interleaved, round by round), so every one pays what a user pays:
 - `library`: `inspector.load(path)` + `inspector.describe(tree)` timed inside the process
   (after `import inspector`), and the same process's whole wall time beside it;
 - `show`, `show --all`, `show --json --all`: `python -m inspector show ...` to /dev/null, wall
@@ -73,22 +74,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "many.safetensors"
         build(path, args.tensors)
+        shows = {"show": [], "show --all": ["--all"], "show --json --all": ["--json", "--all"]}
         lib, lib_wall, imports = [], [], []
-        for _ in range(args.repeats):
+        walls: dict[str, list[float]] = {name: [] for name in shows}
+        for _ in range(args.repeats):  # interleaved: the load on a shared machine drifts
             start = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", LIB, str(path)], capture_output=True,
                                  text=True, check=True, env=env).stdout.split()
             lib_wall.append(time.perf_counter() - start)
             imports.append(float(out[0]))
             lib.append(float(out[1]))
+            for name, extra in shows.items():
+                cmd = [sys.executable, "-m", "inspector", "show", str(path), *extra]
+                walls[name].append(wall(cmd))
         figures = {"tensors": args.tensors, "rows": int(out[2]),
                    "library load+describe s": statistics.median(lib),
                    "library import s": statistics.median(imports),
                    "library process wall s": statistics.median(lib_wall)}
-        for name, extra in [("show", []), ("show --all", ["--all"]),
-                            ("show --json --all", ["--json", "--all"])]:
-            cmd = [sys.executable, "-m", "inspector", "show", str(path), *extra]
-            figures[f"{name} wall s"] = statistics.median(wall(cmd) for _ in range(args.repeats))
+        for name, times in walls.items():
+            figures[f"{name} wall s"] = statistics.median(times)
         target = 1.3 * figures["library load+describe s"] + 0.3
         figures["target s (1.3 x library + 0.3)"] = target
     for key, value in figures.items():

@@ -33,32 +33,30 @@ class TreeIndex:
     def __init__(self, rows: list):
         self.rows = rows
         n = len(rows)
-        parent = [-1] * n
-        position = [0] * n  # place among the parent's children
-        counts = [0] * n
-        self.by_path: dict[str, int] = {}
-        self.leaf_number: dict[int, int] = {}  # row -> position in jax.tree.leaves order
-        stack: list[int] = []
-        leaves = 0
-        for i, row in enumerate(rows):
-            del stack[row.depth:]
-            if stack:
-                p = parent[i] = stack[-1]
-                position[i] = counts[p]
-                counts[p] += 1
-            stack.append(i)
-            self.by_path[row.path] = i
-            if row.kind == "leaf":
-                self.leaf_number[i] = leaves
-                leaves += 1
+        # Vectorised over the rows (a 100k-leaf tree has 150k+): in pre-order, a row's parent
+        # is the last row before it one level up, and its place among its siblings is its rank
+        # among the rows with that parent.
+        depth = np.fromiter((r.depth for r in rows), np.int64, n)
+        leaf = np.fromiter((r.kind == "leaf" for r in rows), bool, n)
+        everyone = np.arange(n)
+        parent = np.full(n, -1, np.int64)
+        for d in range(1, int(depth.max(initial=0)) + 1):
+            at, above = everyone[depth == d], everyone[depth == d - 1]
+            parent[at] = above[np.searchsorted(above, at) - 1]
+        counts = np.bincount(parent[1:], minlength=n) if n > 1 else np.zeros(n, np.int64)
+        self.by_path: dict[str, int] = dict(zip((r.path for r in rows), range(n), strict=True))
+        leaves = np.flatnonzero(leaf).tolist()  # row -> position in jax.tree.leaves order:
+        self.leaf_number: dict[int, int] = dict(zip(leaves, range(len(leaves)), strict=True))
         # Children as flat arrays (CSR), not a list per node: a 100k-leaf tree would add 170k
         # objects for the garbage collector to walk on every full collection of the server.
-        self.parent = np.asarray(parent, np.int64)
-        self._row_position = np.asarray(position, np.int64)  # in JAX's (the rows') order
+        self.parent = parent
         self._ptr = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=self._ptr[1:])
-        self._kids = np.empty(max(n - 1, 0), np.int64)
-        self._kids[self._ptr[self.parent[1:]] + self._row_position[1:]] = np.arange(1, n)
+        by_parent = np.argsort(parent[1:], kind="stable") + 1  # rows grouped by parent, in order
+        self._kids = by_parent.astype(np.int64)
+        position = np.zeros(n, np.int64)  # place among the parent's children
+        position[by_parent] = np.arange(n - 1) - self._ptr[parent[by_parent]]
+        self._row_position = position  # in JAX's (the rows') order
         # Shown in natural key order (`h.2` before `h.10`); JAX sorts dict keys as text.
         self._shown = self._kids.copy()
         self._position = self._row_position.copy()
@@ -69,8 +67,10 @@ class TreeIndex:
         if n:
             numbered[0] = False
         twice = np.bincount(self.parent[numbered], minlength=n) > 1 if n > 1 else []
+        self._orders: dict[tuple, list[int]] = {}
         for p in np.flatnonzero(twice):
             self._natural_order(int(p))
+        del self._orders
         self.children = _Children(self._ptr, self._shown)
         self._folds: dict[int, list] = {}
 
@@ -78,8 +78,11 @@ class TreeIndex:
         """Orders the children of row `p` by natural key order, if that differs from JAX's."""
         a, b = self._ptr[p], self._ptr[p + 1]
         kids = self._kids[a:b]
-        keys = [self.rows[j].key for j in kids]
-        order = sorted(range(len(keys)), key=lambda k: natural_key(keys[k]))
+        keys = tuple(self.rows[j].key for j in kids)
+        order = self._orders.get(keys)  # repeated layers have the same keys: sort them once
+        if order is None:
+            order = self._orders[keys] = sorted(range(len(keys)),
+                                                key=lambda k: natural_key(keys[k]))
         if order == list(range(len(keys))):
             return
         self._shown[a:b] = kids[order]
