@@ -66,7 +66,8 @@ def run(args) -> int:
                            max_abs=finite(d.max_abs), rel_l2=finite(d.rel_l2),
                            cosine=finite(d.cosine), frac_changed=finite(d.frac_changed))))
         else:
-            where, _, rest = str(d).partition(": ")
+            where = d.path or "(root)"
+            rest = str(d)[len(where) + 2:]  # `Difference.__str__` is "<path>: <what>"
             out.line(f"{out.paint(where, 'bold')}: {out.paint(rest, _COLOURS[d.kind])}"
                      if out.colour else str(d))
     if out.json:
