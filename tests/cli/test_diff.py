@@ -91,3 +91,17 @@ def test_refusals_exit_2_with_the_message(cli, pair):
                            "add --values.\n")
     done = cli("diff", "a.safetensors", cwd=folder)
     assert done.returncode == 2 and "the following arguments are required: b" in done.stderr
+
+
+def test_colour_marks_the_path_and_the_kind(pair, monkeypatch, capsys):
+    from inspector import cli
+    from inspector.cli import output
+
+    folder, _, _ = pair
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(output, "use_colour", lambda stream: True)  # as on a terminal
+    assert cli.main(["diff", folder / "a.safetensors", folder / "b.safetensors"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "\x1b[1m['enc']['b']\x1b[0m: \x1b[33mshape (8,) vs (9,)\x1b[0m"
+    assert lines[2] == ("\x1b[1m['old']\x1b[0m: \x1b[31mmissing from the second tree (first "
+                        "has float32[3])\x1b[0m")
