@@ -8,6 +8,7 @@ needs it (a JAX array, a Python scalar), so describing lazy checkpoint leaves st
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import numpy as np
@@ -42,9 +43,7 @@ def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None
     dtype = getattr(leaf, "dtype", None)
     if shape is None or dtype is None:
         if isinstance(leaf, bool | int | float | complex):
-            import jax  # how JAX holds it depends on its x64 setting
-
-            dt = jax.dtypes.canonicalize_dtype(np.result_type(type(leaf)))
+            dt = _scalar_dtype(type(leaf))
             return (), dtype_name(dt), dt.itemsize, None
         return None, None, 0, None
     shape = tuple(shape)
@@ -56,3 +55,24 @@ def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None
         devs = leaf.sharding.device_set
         device = device_name(next(iter(devs))) if len(devs) == 1 else f"{len(devs)} devices"
     return shape, dtype_name(dtype), math.prod(shape) * np.dtype(dtype).itemsize, device
+
+
+_NARROW = {"int64": np.dtype("int32"), "uint64": np.dtype("uint32"),
+           "float64": np.dtype("float32"), "complex128": np.dtype("complex64")}
+
+
+def _scalar_dtype(kind: type) -> np.dtype:
+    """The dtype JAX gives a Python scalar of this type: 64-bit kinds narrowed to 32 bits
+    unless x64 is on. Before JAX is imported that setting can only come from the
+    `JAX_ENABLE_X64` variable, so JAX need not be imported to tell.
+
+    >>> _scalar_dtype(int), _scalar_dtype(bool)
+    (dtype('int32'), dtype('bool'))
+    """
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        return jax.dtypes.canonicalize_dtype(np.result_type(kind))
+    dt = np.result_type(kind)
+    x64 = os.environ.get("JAX_ENABLE_X64", "").strip().lower() in ("1", "true", "t", "yes",
+                                                                    "y", "on")
+    return dt if x64 else _NARROW.get(dt.name, dt)
