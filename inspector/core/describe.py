@@ -13,8 +13,6 @@ from inspector.core import nodes
 from inspector.core.lazy import LazyArray
 from inspector.core.leaves import dtype_name, leaf_info
 from inspector.core.opaque import Opaque
-from inspector.core.packed import structure_of
-from inspector.core.sharding import sharding_text
 
 
 class Row(NamedTuple):
@@ -87,7 +85,7 @@ def describe(tree) -> list[Row]:
     "['a'][1]" None None None 0
     "['b']" leaf (2, 3) float32 6
     """
-    tree = structure_of(tree)
+    tree = nodes.structure_of(tree)
     rows: list[Row | None] = []
     try:
         _walk(tree, "", "", 0, rows)
@@ -156,7 +154,7 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
         shape, dtype, nbytes, device = leaf_info(node)
         n_params = math.prod(shape) if shape is not None else 0
         # on a device, or a checkpoint leaf saved sharded (100k-leaf trees: skip the rest)
-        sharding = sharding_text(node) if device is not None or (
+        sharding = _sharding_text(node) if device is not None or (
             type(node) is LazyArray and node.sharding is not None) else None
         quant = node.quant if type(node) is LazyArray else None
         rows.append(_row(path, key, depth, kind, type(node).__name__, shape, dtype, nbytes,
@@ -176,3 +174,9 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
     rows[slot] = _row(path, key, depth, kind, type(node).__name__, None, None, total_bytes,
                       total_leaves, total_params, len(kids), None)
     return total_bytes, total_leaves, total_params
+
+
+def _sharding_text(leaf) -> str | None:
+    from inspector.core.sharding import sharding_text  # imports JAX: only for sharded leaves
+
+    return sharding_text(leaf)

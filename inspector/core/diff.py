@@ -11,8 +11,7 @@ from inspector.core.errors import UnsupportedLeafError, bullet_list
 from inspector.core.leaves import leaf_info, unsupported_dtype
 from inspector.core.node_text import container_text, shape_text
 from inspector.core.opaque import Opaque
-from inspector.core.packed import structure_of, unpacked
-from inspector.core.value_diff import ATOL, RTOL, leaf_value_stats
+from inspector.core.tolerance import ATOL, RTOL
 
 MISSING, EXTRA, SHAPE, DTYPE, TYPE, VALUE = "missing", "extra", "shape", "dtype", "type", "value"
 STATE = "state"
@@ -84,14 +83,20 @@ def diff(a, b, values: bool = False, rtol: float = RTOL, atol: float = ATOL,
     >>> [str(d) for d in diff({"w": np.zeros(3), "b": 1}, {"w": np.zeros(4)})]
     ["['b']: missing from the second tree (first has int32[])", "['w']: shape (3,) vs (4,)"]
     """
-    view = unpacked if values else structure_of
-    a, b = view(a), view(b)
+    if values:
+        from inspector.core.packed import unpacked
+
+        a, b = unpacked(a), unpacked(b)
+    else:  # structure only: JAX is not imported for plain trees
+        a, b = nodes.structure_of(a), nodes.structure_of(b)
     out: list = []
     try:
         _compare(a, b, "", values, out, 0)
     except nodes.DepthExceeded:
         raise nodes.too_deep(a, b) from None
     if values:
+        from inspector.core.value_diff import leaf_value_stats
+
         pending = [d for d in out if isinstance(d, _Pending)]
         wrong = [f"{p.path or '(root)'}: {np.dtype(x.dtype).str}, {why}" for p in pending
                  for x in (p.a, p.b) if (why := unsupported_dtype(getattr(x, "dtype", "f4")))]

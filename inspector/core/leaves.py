@@ -1,20 +1,20 @@
 """What a leaf is without reading it: shape, dtype name, bytes and device.
 
 The ground floor of the core: `describe`, `diff`, `packed` and the ops all read leaves through
-these, and this module imports no other part of the core but `devices`.
+these, and this module imports no other part of the core but `devices`, and JAX only once a leaf
+needs it (a JAX array, a Python scalar), so describing lazy checkpoint leaves stays JAX-free.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 
-import jax
 import numpy as np
 
 from inspector.core import caches
-from inspector.core.devices import device_name
 
-_JAX_ARRAY = jax.Array
 _DTYPE_NAMES: dict = {}
 
 
@@ -62,15 +62,39 @@ def leaf_info(leaf) -> tuple[tuple[int, ...] | None, str | None, int, str | None
     dtype = getattr(leaf, "dtype", None)
     if shape is None or dtype is None:
         if isinstance(leaf, bool | int | float | complex):
-            dt = jax.dtypes.canonicalize_dtype(np.result_type(type(leaf)))
+            dt = _scalar_dtype(type(leaf))
             return (), dtype_name(dt), dt.itemsize, None
         return None, None, 0, None
     shape = tuple(shape)
     device = None
-    if isinstance(leaf, _JAX_ARRAY):
+    jax = sys.modules.get("jax")  # not imported: no leaf is a JAX array
+    if jax is not None and isinstance(leaf, jax.Array):
+        from inspector.core.devices import device_name
+
         devs = leaf.sharding.device_set
         device = device_name(next(iter(devs))) if len(devs) == 1 else f"{len(devs)} devices"
     return shape, dtype_name(dtype), math.prod(shape) * np.dtype(dtype).itemsize, device
+
+
+_NARROW = {"int64": np.dtype("int32"), "uint64": np.dtype("uint32"),
+           "float64": np.dtype("float32"), "complex128": np.dtype("complex64")}
+
+
+def _scalar_dtype(kind: type) -> np.dtype:
+    """The dtype JAX gives a Python scalar of this type: 64-bit kinds narrowed to 32 bits
+    unless x64 is on. Before JAX is imported that setting can only come from the
+    `JAX_ENABLE_X64` variable, so JAX need not be imported to tell.
+
+    >>> _scalar_dtype(int), _scalar_dtype(bool)
+    (dtype('int32'), dtype('bool'))
+    """
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        return jax.dtypes.canonicalize_dtype(np.result_type(kind))
+    dt = np.result_type(kind)
+    x64 = os.environ.get("JAX_ENABLE_X64", "").strip().lower() in ("1", "true", "t", "yes",
+                                                                    "y", "on")
+    return dt if x64 else _NARROW.get(dt.name, dt)
 
 
 caches.register_mapping("dtype names", _DTYPE_NAMES)

@@ -10,24 +10,39 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import threading
 
-import jax
 import numpy as np
 
 from inspector.core import caches
 from inspector.core.errors import TreeDepthError
 from inspector.core.lazy import LazyArray
 
-tree_util = jax.tree_util
-
 # Kinds of node, as shown in `Row.kind` and `Difference` records.
 DICT, LIST, TUPLE, NAMEDTUPLE, DATACLASS, CUSTOM, NONE, LEAF = (
     "dict", "list", "tuple", "namedtuple", "dataclass", "custom", "None", "leaf",
 )
 
-_ARRAY_TYPES = (np.ndarray, np.generic, jax.Array, LazyArray, jax.ShapeDtypeStruct)
+_HOST_ARRAY_TYPES = (np.ndarray, np.generic, LazyArray)
 _SCALAR_TYPES = (bool, int, float, complex)
+_JAX: tuple = ()
+
+
+def jax_parts():
+    """`(jax.tree_util, (jax.Array, jax.ShapeDtypeStruct))`, or None while JAX is not imported.
+
+    Until something imports JAX, no object is a JAX array or a node registered with JAX's
+    pytree registry, so walking a tree of NumPy or lazy checkpoint leaves (`describe`, `diff`,
+    the command line's `show`) does not pay JAX's import (about half a second).
+    """
+    global _JAX
+    if not _JAX:
+        jax = sys.modules.get("jax")
+        if jax is None or not hasattr(jax, "Array"):
+            return None
+        _JAX = (jax.tree_util, (jax.Array, jax.ShapeDtypeStruct))
+    return _JAX
 
 
 def sorted_keys(d: dict) -> list:
@@ -53,11 +68,17 @@ def children(node):
         return TUPLE, [(f"[{i}]", c) for i, c in enumerate(node)]
     if node is None:
         return NONE, []
-    if isinstance(node, _ARRAY_TYPES) or t in _SCALAR_TYPES:
+    if isinstance(node, _HOST_ARRAY_TYPES) or t in _SCALAR_TYPES:
         return LEAF, None
     if isinstance(node, tuple) and hasattr(t, "_fields"):
         # JAX's one-level flattener mislabels namedtuple keys; the fields are the truth.
         return NAMEDTUPLE, [(f".{f}", getattr(node, f)) for f in t._fields]
+    parts = jax_parts()
+    if parts is None:  # JAX not imported: nothing can be registered with it
+        return LEAF, None
+    tree_util, array_types = parts
+    if isinstance(node, array_types):
+        return LEAF, None
     try:
         keyed, _ = tree_util.flatten_one_level_with_keys(node)
     except ValueError:
@@ -68,6 +89,16 @@ def children(node):
     elif isinstance(node, list):
         kind = LIST
     return kind, [(tree_util.keystr((k,)), c) for k, c in keyed]
+
+
+def structure_of(tree):
+    """What `describe` and `diff` walk: a packed tree's structure, any other tree as it is.
+
+    A `PackedTree` exists only once `inspector.core.packed` (which imports JAX) is imported,
+    so plain trees are walked without importing it.
+    """
+    packed = sys.modules.get("inspector.core.packed")
+    return tree if packed is None else packed.structure_of(tree)
 
 
 def type_name(node) -> str:
@@ -105,6 +136,8 @@ def flatten(tree, with_path: bool = False):
             `MAX_DEPTH` levels: the same rule on every JAX (0.10 flattens up to about 950
             levels, 0.11 any depth).
     """
+    from jax import tree_util
+
     try:
         out = (tree_util.tree_flatten_with_path(tree) if with_path
                else tree_util.tree_flatten(tree))
@@ -135,6 +168,8 @@ _SHALLOW_LOCK = threading.Lock()
 def jax_flattens_any_depth() -> bool:
     """Whether this JAX flattens a tree nested past Python's recursion limit (then `flatten`
     checks the depth itself). JAX 0.10 fails there with a bare `SystemError`; 0.11 does not."""
+    from jax import tree_util
+
     tree: object = 0
     for _ in range(_recursion_limit() + 100):
         tree = [tree]

@@ -20,8 +20,8 @@ import numpy as np
 
 from inspector.core.devices import resolve_device
 from inspector.core.plan import Call, Plan
+from inspector.core.tolerance import ATOL, RTOL
 
-RTOL, ATOL = 1e-5, 1e-8  # np.isclose's defaults
 _CHUNK = 64  # leaves per plan: the progress callback is told after each chunk
 _CHUNK_BYTES = 256 << 20  # ... and after at most this many bytes of both leaves
 

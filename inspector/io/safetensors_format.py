@@ -54,12 +54,15 @@ def load(path: str | os.PathLike | Location) -> dict:
 
 
 
-def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
+def save(flat: dict[str, Any], path: str | os.PathLike,
+         metadata: dict[str, str] | None = None) -> None:
     """Writes `{name: array}` as a safetensors file, one leaf in memory at a time.
 
     Args:
         flat: flat names (see `nesting.flatten`) to arrays, scalars or `LazyArray`.
         path: the file to write; written beside it first, then renamed into place.
+        metadata: the header's `__metadata__` (strings to strings), e.g. `{"format": "pt"}`,
+            which Hugging Face transformers looks for.
 
     Raises:
         InspectorError: some dtype has no safetensors code (every such key is named).
@@ -78,7 +81,7 @@ def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
             f"dtype safetensors cannot store.\n{bullet_list(unsupported)}\n"
             f"Cast them (e.g. complex128 -> complex64), or save as .npz, which stores any dtype."
         )
-    header: dict[str, Any] = {}
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
     offset = 0
     for name, (shape, dtype) in specs.items():
         nbytes = math.prod(shape) * bits_of(dtype) // 8

@@ -1,13 +1,11 @@
-"""`pytree-inspector CKPT...`: open checkpoints in the app, served on 127.0.0.1.
+"""`pytree-inspector [serve] CKPT...`: open checkpoints in the app, served on 127.0.0.1.
 
     pytree-inspector model.safetensors old.npz --root ~/checkpoints --port 5006 --no-show
-    pytree-inspector hf://org/model/model.safetensors ./local.safetensors --allow-remote
+    pytree-inspector serve hf://org/model/model.safetensors ./local.safetensors --allow-remote
     pytree-inspector ckpt --coordinator 10.0.0.1:1234 --num-processes 4 --process-id 0
 
 With `--coordinator`, the processes join one `jax.distributed` cluster: process 0 serves the
 page, the others follow, running the page's work on trees sharded over every host's devices.
-
-This is the only place besides `main.py` that prints or exits: the library raises.
 Exit codes: 0 after the server stopped (Ctrl+C), 2 for bad arguments or unreadable files.
 """
 
@@ -17,16 +15,16 @@ import argparse
 import sys
 from pathlib import Path
 
-PROG = "pytree-inspector"
+from inspector.cli.output import PROG, fail
+
+DESCRIPTION = (
+    "Open pytree checkpoints (safetensors, npz/npy, orbax, flax msgpack, HDF5, PyTorch) in the "
+    "inspector app, served on this machine only. Only the files' headers are read at start; "
+    "the first two files are set up for comparing (a, b).")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Open pytree checkpoints (safetensors, npz/npy, orbax, flax msgpack, HDF5, "
-        "PyTorch) in the inspector app, served on this machine only. Only the files' headers "
-        "are read at start; the first two files are set up for comparing (a, b).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The app's options, on the `serve` subcommand and on the bare `pytree-inspector`."""
     parser.add_argument("paths", nargs="*", help="checkpoint files or directories, or URLs "
                         "(http(s)://, s3://, gs://, hf://; needs pytree-inspector[remote])")
     parser.add_argument("--root", type=Path, default=Path.cwd(),
@@ -59,6 +57,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        help="process 0's address for jax.distributed (the same on every host)")
     hosts.add_argument("--num-processes", type=int, default=1, help="how many processes")
     hosts.add_argument("--process-id", type=int, default=0, help="this process (0 serves)")
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="open checkpoints in the app (the default when no subcommand is given)",
+        description=DESCRIPTION)
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options of `pytree-inspector CKPT...` (no subcommand: serve)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION)
+    add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -113,8 +125,8 @@ def load_all(paths: list[str]) -> dict:
     return trees
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Serves the app until Ctrl+C; returns the exit status."""
     root = args.root.expanduser().resolve()
     if not root.is_dir():
         return _fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
@@ -197,9 +209,4 @@ def _follow(args, trees: dict, root, examples: bool) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return fail(message, sys.stderr)
