@@ -15,6 +15,7 @@ Reads headers only: no array data, no JAX.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def run(args) -> int:
     if isinstance(tree, int):
         return tree
     rows = inspector.describe(tree)
-    index = TreeIndex(rows)
+    index = TreeIndex(rows, tree)  # the tree: quantized weights shown as one row each
     every = args.all or args.match is not None
     index.fold = not every
     fmt, metadata = _about(args.path)
@@ -140,6 +141,12 @@ def _text(out: Output, index, entry, depth: int) -> str:
         return f"{pad}{out.paint(where + parts[0], 'bold')} ({parts[1]}) · " \
                f"{out.paint(secondary, 'dim')}"
     row = index.rows[entry[1]]
+    group = index.quant_group(entry[1])
+    if group is not None and group.shape is not None:  # a quantized weight: one row
+        parts, _ = index.label_parts(entry)
+        problems = "".join(" · " + out.paint(f"problem: {p}", "red") for p in group.problems)
+        return (f"{pad}{out.paint(group.path, 'bold')} {out.paint(parts[1], 'cyan')} · "
+                f"{out.paint(f'{group.scheme}: {parts[2]}', 'magenta')} · {parts[3]}{problems}")
     name = out.paint(row.path or "(root)", "bold")
     what = out.paint(node_text(row), "cyan")
     if row.kind == "leaf":
@@ -152,9 +159,8 @@ def _text(out: Output, index, entry, depth: int) -> str:
     else:
         tail = " · " + out.paint(totals_text(row.n_leaves, row.n_params, row.nbytes)
                                  + index.order_note(entry[1]), "dim")
-    quant = getattr(row, "quant", None)  # quantized groups, where the library marks them
-    if quant is not None:
-        tail += " · " + out.paint(f"quantized: {quant}", "magenta")
+    if row.quant is not None:  # a tensor its file stores quantized (GGUF), or an orphan
+        tail += " · " + out.paint(f"quantized: {row.quant}", "magenta")
     return f"{pad}{name} {what}{tail}"
 
 
@@ -182,9 +188,14 @@ def _record(index, entry, depth: int) -> tuple:
                   children=row.n_children)
     if row.sharding:
         fields["sharding"] = row.sharding
-    quant = getattr(row, "quant", None)
-    if quant is not None:
-        fields["quant"] = quant
+    if row.quant is not None:
+        fields["quant"] = row.quant
+    group = index.quant_group(entry[1])
+    if group is not None and group.shape is not None:  # the weight, not its codes
+        fields.update(path=group.path, shape=list(group.shape), dtype=group.dtype,
+                      params=math.prod(group.shape), bytes=index.group_bytes(group),
+                      quant=dict(scheme=group.scheme, members=dict(group.members),
+                                 problems=list(group.problems)))
     return "node", fields
 
 

@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
+from inspector.core.node_text import human_bytes, human_count, node_text, shape_text, totals_text
 
 GROUP_SIZE = 100
 FOLD_MIN = 3  # this many siblings of one structure, or more, fold into one row
@@ -30,8 +30,10 @@ class TreeIndex:
 
     fold = True
 
-    def __init__(self, rows: list):
+    def __init__(self, rows: list, tree=None):
         self.rows = rows
+        self._tree = tree  # read by `_hidden_rows` during the build, then let go
+        self.quant = None
         n = len(rows)
         # Vectorised over the rows (a 100k-leaf tree has 150k+): in pre-order, a row's parent
         # is the last row before it one level up, and its place among its siblings is its rank
@@ -79,13 +81,27 @@ class TreeIndex:
         for p in np.flatnonzero(twice):
             self._natural_order(int(p))
         del self._orders
+        self._tree = None
         self.children = _Children(self._ptr, self._shown)
         self._folds: dict[int, list] = {}
 
     def _hidden_rows(self):
-        """Rows shown inside another row rather than as children (none here; `self.rows` and
-        `self.by_path` are set when this is asked)."""
-        return ()
+        """Rows shown inside another row rather than as children: a quantized weight's scales
+        and zero points (given the tree; `self.rows` and `self.by_path` are set by then)."""
+        if self._tree is not None and any(r.quant for r in self.rows):
+            from inspector.core.quant.rows import quant_rows  # imports JAX: only when needed
+
+            self.quant = quant_rows(self._tree, self.rows, self.by_path)
+        return self.quant.hidden if self.quant is not None else ()
+
+    def quant_group(self, i: int):
+        """The quantized weight shown on row `i` (a `QuantGroup`), or None."""
+        return None if self.quant is None else self.quant.groups.get(i)
+
+    def group_bytes(self, group) -> int:
+        """The bytes of a group's members as stored (codes, scales, zero points)."""
+        return sum(self.rows[self.by_path[p]].nbytes for p in group.members.values()
+                   if p in self.by_path)
 
     def _natural_order(self, p: int) -> None:
         """Orders the children of row `p` by natural key order, if that differs from JAX's."""
@@ -214,6 +230,11 @@ class TreeIndex:
             return [f"[{lo}–{hi - 1}]", f"{first} … {last}"], totals_text(leaves, params, nbytes)
         row = self.rows[entry[1]]
         key = row.key or root_label or "(root)"
+        group = self.quant_group(entry[1])
+        if group is not None and group.shape is not None:
+            dtype = group.dtype if group.usable else row.dtype  # codes as they are
+            return [f"[{group.names['logical']!r}]", shape_text(dtype, group.shape), group.layout,
+                    human_bytes(self.group_bytes(group))], ""
         if row.kind == "leaf":
             if row.shape is None:
                 return [key, node_text(row)], ""

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import math
+import json
 import subprocess
 import sys
-from collections import namedtuple
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-import inspector
 from inspector import examples
-from inspector.cli import show
-from inspector.cli.output import Output
-from inspector.core.tree_index import TreeIndex
+from inspector.core import node_text
 
 
 def keystr(name: str) -> str:
@@ -50,8 +46,8 @@ def test_show_folds_the_repeated_layers_under_the_metadata(cli, model):
     total = sum(a.nbytes for a in flat.values())
     params = sum(a.size for a in flat.values())
     assert lines[0] == (f"{path} · safetensors · {len(flat)} leaves · "
-                        f"{inspector.core.node_text.human_count(params)} params · "
-                        f"{inspector.core.node_text.human_bytes(total)}")
+                        f"{node_text.human_count(params)} params · "
+                        f"{node_text.human_bytes(total)}")
     assert lines[1:3] == ["metadata: format = pt", "metadata: step = 1200"]
     layer = {k: a for k, a in flat.items() if k.startswith("layers.layer_0000.")}
     each = sum(a.size for a in layer.values())
@@ -138,17 +134,27 @@ def test_show_and_diff_import_no_jax_and_no_ui(model):
     assert done.stdout.splitlines()[-1] == "[]"
 
 
-def test_a_quantized_row_shows_its_quant_record(capsys):
-    # `Row.quant` comes with the formats work; `show` prints it wherever a row carries one.
-    QRow = namedtuple("QRow", inspector.Row._fields + ("quant",))
-    rows = [QRow(*r, quant=None) for r in inspector.describe({"w": np.zeros((4, 8), np.int8)})]
-    rows[1] = rows[1]._replace(quant="Q4_0 · 2 problems")
-    index = TreeIndex(rows)
-    line = show._text(Output(), index, ("node", 1), 1)
-    assert line == "  ['w'] int8[4,8] · 32 params · 32 B · quantized: Q4_0 · 2 problems"
-    assert show._record(index, ("node", 1), 1)[1]["quant"] == "Q4_0 · 2 problems"
-    assert "quant" not in show._record(index, ("node", 0), 0)[1]
-    assert math.prod((4, 8)) == rows[1].n_params
+def test_a_quantized_weight_is_one_row_with_its_scheme_and_problems(cli, tmp_path):
+    import ml_dtypes
+
+    codes = np.ones((256, 384), ml_dtypes.float8_e4m3fn)
+    save_file({"up.weight": codes, "up.weight_scale_inv": np.ones((2, 3), np.float32),
+               "down.weight": codes[:128]}, str(tmp_path / "fp8.safetensors"))
+    done = cli("show", tmp_path / "fp8.safetensors")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    up = next(line for line in lines if line.strip().startswith("['up']['weight']"))
+    assert up.strip() == ("['up']['weight'] bfloat16[256,384] · fp8: fp8 e4m3 · 128x128 block "
+                          "scales · 96 KiB")
+    assert not any("['weight_scale_inv']" in line for line in lines)  # inside its weight's row
+    down = next(line for line in lines if line.strip().startswith("['down']['weight']"))
+    assert "problem:" in down
+    done = cli("show", tmp_path / "fp8.safetensors", "--json")
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    up = next(r for r in records if r.get("path") == "['up']['weight']")
+    assert up["shape"] == [256, 384] and up["params"] == 256 * 384
+    assert up["quant"]["scheme"] == "fp8"
+    assert up["quant"]["members"]["scale"] == "['up']['weight_scale_inv']"
 
 
 def test_a_model_folder_opens_its_model_file(cli, model, tmp_path):

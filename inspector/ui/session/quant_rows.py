@@ -1,4 +1,4 @@
-"""Quantized weights in the tree view: one row per group, its problems as badges.
+"""Quantized weights in the tree view: a warning badge per problem, dequantized values.
 
 A quantized weight is several leaves (codes, scales, zero points); a user thinks of it as one
 weight. The tree shows the codes' row under the weight's logical name and shape, with its
@@ -9,38 +9,11 @@ the raw codes are one switch away (`leaf_numbers.leaf_array(..., raw=True)`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from operator import attrgetter
-
 import numpy as np
 
 import inspector
 
-_MAIN_ROLES = ("weight", "blocks", "qweight")
 WARNING = "#ed6c02"  # Material UI's warning colour, as the badges use
-
-
-@dataclass
-class QuantRows:
-    """The groups of one tree by the row of their main member, and the rows not shown."""
-
-    groups: dict = field(default_factory=dict)  # row -> QuantGroup
-    hidden: set = field(default_factory=set)
-
-
-def quant_rows(tree, rows: list, by_path: dict) -> QuantRows | None:
-    """The tree's quantized weights placed on its rows; None when no row carries `quant`."""
-    if not any(map(attrgetter("quant"), rows)):
-        return None
-    out = QuantRows()
-    for g in inspector.quant_groups(tree):
-        main = next((g.members[r] for r in _MAIN_ROLES if r in g.members), None)
-        if main is None or main not in by_path:
-            continue  # a scale with no weight: its own row stays, badge and all
-        out.groups[by_path[main]] = g
-        out.hidden.update(by_path[p] for r, p in g.members.items()
-                          if p != main and p in by_path)
-    return out
 
 
 def badges(group) -> list[dict]:
@@ -52,11 +25,6 @@ def badges(group) -> list[dict]:
 def _badge_label(problem: str) -> str:
     head = problem.split(":", 1)[0]
     return head if len(head) <= 24 else head[:23] + "…"
-
-
-def logical_key(group) -> str:
-    """The key shown for the group's row (`['gate_up_proj']`, `['weight']`)."""
-    return f"[{group.names['logical']!r}]"
 
 
 def dequantized_leaf(tree, group) -> np.ndarray | None:

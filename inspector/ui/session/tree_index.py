@@ -16,9 +16,9 @@ from collections import OrderedDict
 
 from inspector.core import caches
 from inspector.core import tree_index as _core
-from inspector.core.node_text import human_bytes, shape_text
+from inspector.core.node_text import human_bytes
 from inspector.core.tree_index import FOLD_MIN, GROUP_SIZE, natural_key  # noqa: F401
-from inspector.ui.session.quant_rows import WARNING, badges, logical_key, quant_rows
+from inspector.ui.session.quant_rows import WARNING, badges
 
 ROOT_ID = "(root)"
 _RANGE_ID = re.compile(r"^(.*)\[(\d+):(\d+)\]$")
@@ -38,10 +38,7 @@ class TreeIndex(_core.TreeIndex):
     """
 
     def __init__(self, rows: list, tree=None):
-        self._tree = tree  # read by `_hidden_rows` during the build, then let go
-        self.quant = None
-        super().__init__(rows)
-        self._tree = None
+        super().__init__(rows, tree)
         self._frame = None
         self._leaves = None
         self._lock = threading.Lock()
@@ -227,29 +224,8 @@ class TreeIndex(_core.TreeIndex):
     def label(self, entry, root_label: str = "") -> tuple[str, str]:
         """Returns `(label, secondary)`: key and kind (with shape and size for a leaf) on the
         first line; for inner nodes and ranges, their totals on the second."""
-        group = self.quant_group(entry[1]) if entry[0] == "node" else None
-        if group is not None and group.shape is not None:
-            row = self.rows[entry[1]]
-            dtype = group.dtype if group.usable else row.dtype  # codes as they are
-            return _SEP.join([logical_key(group), shape_text(dtype, group.shape),
-                              group.layout, human_bytes(self.group_bytes(group))]), ""
         parts, secondary = self.label_parts(entry, root_label)
         return _SEP.join(parts), secondary
-
-    def _hidden_rows(self):
-        # quantized weights (given the tree): one row each, their scales not shown as rows
-        if self._tree is not None:
-            self.quant = quant_rows(self._tree, self.rows, self.by_path)
-        return self.quant.hidden if self.quant is not None else ()
-
-    def quant_group(self, i: int):
-        """The quantized weight shown on row `i` (a `QuantGroup`), or None."""
-        return None if self.quant is None else self.quant.groups.get(i)
-
-    def group_bytes(self, group) -> int:
-        """The bytes of a group's members as stored (codes, scales, zero points)."""
-        return sum(self.rows[self.by_path[p]].nbytes for p in group.members.values()
-                   if p in self.by_path)
 
     def _icon(self, entry) -> str:
         return _ICONS["range"] if entry[0] != "node" else _ICONS.get(
