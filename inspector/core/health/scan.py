@@ -1,0 +1,287 @@
+"""`scan(tree)`: every leaf's NaN/Inf/zero counts, range, moments and norms, in one pass.
+
+A packed tree is scanned with one kernel per dtype over its flat buffer (`kernels.py`: rows of
+a fixed length, reduced once; `layout_rows.py`: which rows and masked pieces make each leaf);
+plain and lazy trees with one kernel per distinct (leaf size, dtype), leaves batched as the
+ops batch them and lazy leaves read one at a time as their kernel runs (`plan.Plan`), so a
+checkpoint larger than memory is scanned holding a few leaves. Row partials are combined per
+leaf (and per subtree) on the host in float64 (`partials.py`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inspector.core import nodes
+from inspector.core.devices import resolve_device
+from inspector.core.health.aggregate import combine
+from inspector.core.health.kernels import N_FIGURES, buffer_kernel, work_dtype
+from inspector.core.health.layout_rows import block_for, leaf_rows
+from inspector.core.health.partials import leaf_figures
+from inspector.core.leaves import leaf_info
+from inspector.core.packed import PackedTree
+from inspector.core.plan import Call, Plan
+
+_CHUNK_LEAVES = 256  # leaves per plan on plain trees: progress is told after each chunk
+_CHUNK_BYTES = 256 << 20  # ... and after at most this many bytes
+
+
+class LeafStats(NamedTuple):
+    """One leaf's figures (or a subtree's, from `Scan.subtree`); immutable (a NamedTuple, as
+    `Row` is: a scan of 100k leaves builds 100k of them, and a frozen dataclass costs several
+    times as much to build).
+
+    Counts are exact. `min`, `max`, `mean`, `std` (population), `l2` (Euclidean norm) and
+    `max_abs` are over the finite elements (NaN and Inf are counted, not measured), computed on
+    the device in float32 (float64 leaves in float64 when JAX has x64 on) per row of at most
+    1,024 elements, rows combined in float64; NaN where there is no finite element.
+
+    Attributes:
+        path: the key path (keystr form); dtype: the leaf's dtype (`"mixed"` for a subtree of
+        several); shape: the leaf's shape (None for a subtree); size: elements.
+    """
+
+    path: str
+    dtype: str
+    shape: tuple[int, ...] | None
+    size: int
+    nan: int
+    posinf: int
+    neginf: int
+    zeros: int
+    min: float
+    max: float
+    mean: float
+    std: float
+    l2: float
+    max_abs: float
+
+    @property
+    def nonfinite(self) -> int:
+        """NaN + Inf elements."""
+        return self.nan + self.posinf + self.neginf
+
+    @property
+    def zeros_fraction(self) -> float:
+        return self.zeros / self.size if self.size else 0.0
+
+
+@dataclass(frozen=True)
+class Scan:
+    """The result of `scan`: `leaves` (one `LeafStats` per scanned leaf, in describe order),
+    `skipped` (key paths of leaves that are not numeric arrays: strings, complex, opaque),
+    `seconds` (wall time of the scan)."""
+
+    leaves: tuple[LeafStats, ...]
+    skipped: tuple[str, ...] = ()
+    seconds: float = 0.0
+    _by_path: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        self._by_path.update({s.path: s for s in self.leaves})
+
+    def leaf(self, path: str) -> LeafStats:
+        """The figures of the leaf at key path `path`.
+
+        Raises:
+            KeyError: no scanned leaf has that path.
+        """
+        return self._by_path[path]
+
+    def nonfinite(self) -> list[LeafStats]:
+        """The leaves holding any NaN or Inf, in tree order."""
+        return [s for s in self.leaves if s.nonfinite]
+
+    def subtree(self, path: str) -> LeafStats:
+        """The figures of every scanned leaf under `path` taken as one vector (counts summed,
+        norms combined, min/max over all, mean/std from combined partials); `""` is the root.
+
+        Raises:
+            KeyError: no scanned leaf lies under `path`.
+
+        >>> s = scan({"a": {"x": np.ones(3, np.float32), "y": np.zeros(1, np.float32)}})
+        >>> t = s.subtree("['a']")
+        >>> t.size, t.zeros, t.mean, t.l2 ** 2
+        (4, 1, 0.75, 3.0)
+        """
+        members = [s for s in self.leaves if _under(s.path, path)]
+        if not members:
+            raise KeyError(f"No scanned leaf lies under {path!r}.")
+        return combine(path, members)
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] in "[.")
+
+
+def scan(tree, device=None, progress: Callable[[int, int], None] | None = None) -> Scan:
+    """Returns the figures of every leaf of `tree` (`Scan.leaves`, in describe order).
+
+    Args:
+        tree: any pytree, a `PackedTree` (one kernel per dtype) or a loaded checkpoint (lazy
+            leaves, read one at a time).
+        device: where to reduce (a `jax.Device` or a name like `"cpu:0"`; default: JAX's).
+        progress: called as `progress(done, total)` (leaves) as the scan goes.
+
+    Raises:
+        InspectorError: no device of that name.
+
+    >>> s = scan({"w": np.array([1.0, np.nan, -3.0, 0.0], np.float32)})
+    >>> w = s.leaves[0]
+    >>> w.path, w.nan, w.zeros, w.min, w.max, w.max_abs
+    ("['w']", 1, 1, -3.0, 1.0, 3.0)
+    """
+    start_time = time.perf_counter()
+    device = resolve_device(device)
+    if isinstance(tree, PackedTree) and not tree.layout.lead:
+        leaves, skipped = _scan_packed(tree, device)
+    else:
+        if isinstance(tree, PackedTree):
+            tree = tree.unpack()
+        leaves, skipped = _scan_plain(tree, device, progress)
+    if progress is not None:
+        progress(len(leaves) + len(skipped), len(leaves) + len(skipped))
+    return Scan(tuple(leaves), tuple(skipped), time.perf_counter() - start_time)
+
+
+def _paths(tree) -> list[str]:
+    flat, _ = nodes.flatten(tree, with_path=True)
+    return [jax.tree_util.keystr(p) for p, _ in flat]
+
+
+def _stats_list(paths, dtypes, shapes, f: dict) -> list[LeafStats]:
+    """LeafStats of many leaves at once (column lists zipped: 100k leaves in ~0.1 s)."""
+    sizes = [math.prod(shape) for shape in shapes]
+    counts = [np.asarray(f[k]).astype(np.int64).tolist() for k in ("nan", "posinf", "neginf",
+                                                                    "zeros")]
+    values = [np.asarray(f[k], np.float64).tolist() for k in ("min", "max", "mean", "std", "l2",
+                                                              "max_abs")]
+    return list(map(LeafStats._make, zip(paths, dtypes, shapes, sizes, *counts, *values,
+                                         strict=True)))
+
+
+_PATHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _layout_paths(layout) -> list[str]:
+    """The key paths of a packed layout's leaves, computed once per layout (layouts are
+    interned: every tree of one structure shares them)."""
+    found = _PATHS.get(layout)
+    if found is None:
+        found = _PATHS[layout] = _paths(layout.structure)
+    return found
+
+
+@lru_cache(maxsize=64)
+def _buffer_jit(size: int, block: int, n_pieces: int, work: str):
+    return jax.jit(buffer_kernel(size, block, n_pieces, work))
+
+
+def _scan_packed(tree: PackedTree, device):
+    slots = tree.layout.slots
+    paths = _layout_paths(tree.layout)
+    found: dict[int, LeafStats] = {}
+    for group, buffer in tree.buffers.items():
+        members = [i for i, s in enumerate(slots) if s.group == group]
+        work = work_dtype(tree.layout.group_dtypes[group])
+        if work is None:
+            continue
+        size = int(buffer.size)
+        offsets = np.array([slots[i].offset for i in members], np.int64)
+        sizes = np.array([slots[i].size for i in members], np.int64)
+        block = block_for(size, len(members))
+        start, stop, row, lo, hi, pieces = leaf_rows(offsets, sizes, size, block)
+        rows = np.zeros((0, N_FIGURES))
+        if size:
+            kernel = _buffer_jit(size, block, len(row), work)
+            x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
+                else jax.device_put(buffer, device)
+            grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
+            rows = np.concatenate([np.asarray(grid), np.asarray(piece_rows)])
+            pieces = np.where(pieces >= 0, pieces + len(grid), -1)
+        figures = leaf_figures(rows, start, stop, pieces)
+        stats = _stats_list([paths[i] for i in members], [slots[i].dtype for i in members],
+                            [slots[i].shape for i in members], figures)
+        found.update(zip(members, stats, strict=True))
+    if len(found) == len(slots):
+        return [found[i] for i in range(len(slots))], []
+    order = [found[i] for i in range(len(slots)) if i in found]
+    return order, [p for i, p in enumerate(paths) if i not in found]
+
+
+def _leaf_kernel(size: int, work: str):
+    block = block_for(size, 1)
+    n_grid, rest = divmod(size, block)
+    pieces = (np.array([n_grid] if rest else [], np.int32), np.zeros(1 if rest else 0, np.int32),
+              np.array([rest] if rest else [], np.int32))
+    kernel = buffer_kernel(size, block, len(pieces[0]), work)
+
+    def make():
+        return lambda x: jnp.concatenate(kernel(x, *(jnp.asarray(p) for p in pieces)))
+
+    return make, n_grid, 1 if rest else 0
+
+
+def _scan_plain(tree, device, progress):
+    flat, _ = nodes.flatten(tree, with_path=True)
+    todo, skipped = [], []
+    for path, leaf in flat:
+        path = jax.tree_util.keystr(path)
+        shape, dtype, _, _ = leaf_info(leaf)
+        work = None if shape is None else work_dtype(dtype)
+        if work is None or not getattr(leaf, "is_fully_addressable", True):
+            skipped.append(path)
+            continue
+        if not hasattr(leaf, "shape"):
+            leaf = np.asarray(leaf, dtype)
+        todo.append((path, leaf, tuple(shape), dtype, work))
+    out: list[LeafStats] = []
+    total = len(flat)
+    for chunk in _chunks(todo):
+        calls, layout = [], []
+        for _, leaf, shape, dtype, work in chunk:
+            size = math.prod(shape)
+            make, n_grid, n_pieces = _leaf_kernel(size, work)
+            calls.append(Call(("health_scan", size, dtype, work), make, [leaf]))
+            layout.append((n_grid, n_pieces))
+        plan = Plan("scan", device, calls, list, 0, 0)
+        plan.compile()
+        plan.place()
+        parts = [np.asarray(p, np.float64).reshape(-1, N_FIGURES)
+                 for p in jax.device_get(plan.execute())]
+        rows = np.concatenate(parts) if parts else np.zeros((0, N_FIGURES))
+        bases = np.cumsum([0] + [len(p) for p in parts])[:-1]
+        start = np.array(bases, np.int64)
+        stop = start + np.array([g for g, _ in layout], np.int64)
+        pieces = np.full((len(chunk), 2), -1, np.int64)
+        with_piece = np.array([p for _, p in layout], bool)
+        pieces[with_piece, 1] = stop[with_piece]
+        figures = leaf_figures(rows, start, stop, pieces)
+        out.extend(_stats_list([c[0] for c in chunk], [c[3] for c in chunk],
+                               [c[2] for c in chunk], figures))
+        if progress is not None:
+            progress(len(out) + len(skipped), total)
+    return out, skipped
+
+
+def _chunks(todo):
+    chunk, nbytes = [], 0
+    for item in todo:
+        size = int(getattr(item[1], "nbytes", 0) or 0)
+        if chunk and (len(chunk) == _CHUNK_LEAVES or nbytes + size > _CHUNK_BYTES):
+            yield chunk
+            chunk, nbytes = [], 0
+        chunk.append(item)
+        nbytes += size
+    if chunk:
+        yield chunk
