@@ -65,6 +65,12 @@ _EXPORTS = {
     "clear_cache": "inspector.core.plan",
     "set_cache_limit": "inspector.core.plan",
     "cached_kernels": "inspector.core.plan",
+    # health and history (issue 24): scans for NaN/Inf and norms, timelines across checkpoints
+    "scan": "inspector.core.health.scan",
+    "Scan": "inspector.core.health.scan",
+    "LeafStats": "inspector.core.health.scan",
+    "timeline": "inspector.core.health.timeline",
+    "Timeline": "inspector.core.health.timeline",
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",

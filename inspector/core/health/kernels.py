@@ -45,22 +45,35 @@ def _fast(y):
     return jnp.stack([n, c, sd, sdd, lo, hi, zeros, nothing, nothing, nothing], axis=1)
 
 
-def _careful(y, mask):
-    """The ten figures of rows where only `mask` counts; NaN and Inf are counted and left out
-    of the moments."""
+def _careful(y, mask, first=None):
+    """The ten figures of rows where only `mask` counts (from column `first` of each row on);
+    NaN and Inf are counted and left out of the moments. One variadic reduction: slower to run
+    than the fast path, but it only meets pieces and rows with NaN/Inf, and it compiles as one
+    loop (ten separate masked reductions took seconds to compile)."""
     finite = jnp.isfinite(y) & mask
-    c = jnp.where(finite[:, 0], y[:, 0], 0)
+    if first is None:
+        c = jnp.where(finite[:, 0], y[:, 0], 0)
+    else:  # shift by the piece's own first value, not a neighbour's (it may be far off)
+        c = jnp.take_along_axis(y, first[:, None], axis=1)[:, 0]
+        c = jnp.where(jnp.isfinite(c), c, 0)
     d = jnp.where(finite, y - c[:, None], 0)
-    inf = jnp.asarray(np.inf, y.dtype)
     f = y.dtype
+    inf = jnp.asarray(np.inf, f)
 
     def count(flags):
-        return jnp.sum((flags & mask).astype(f), axis=1)
+        return (flags & mask).astype(f)
 
-    return jnp.stack([
-        jnp.sum(finite.astype(f), axis=1), c, jnp.sum(d, axis=1), jnp.sum(d * d, axis=1),
-        jnp.min(jnp.where(finite, y, inf), axis=1), jnp.max(jnp.where(finite, y, -inf), axis=1),
-        count(y == 0), count(jnp.isnan(y)), count(y == inf), count(y == -inf)], axis=1)
+    operands = (finite.astype(f), d, d * d, jnp.where(finite, y, inf), jnp.where(finite, y, -inf),
+                count(y == 0), count(jnp.isnan(y)), count(y == inf), count(y == -inf))
+    zero = jnp.zeros((), f)
+    init = (zero, zero, zero, inf, -inf, zero, zero, zero, zero)
+
+    def combine(u, v):
+        return (u[0] + v[0], u[1] + v[1], u[2] + v[2], jnp.minimum(u[3], v[3]),
+                jnp.maximum(u[4], v[4]), u[5] + v[5], u[6] + v[6], u[7] + v[7], u[8] + v[8])
+
+    n, sd, sdd, lo, hi, zeros, nan, pos, neg = jax.lax.reduce(operands, init, combine, (1,))
+    return jnp.stack([n, c, sd, sdd, lo, hi, zeros, nan, pos, neg], axis=1)
 
 
 def _rows(y):
@@ -84,7 +97,9 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str):
         x = x.reshape(-1)
         if x.dtype != dtype:
             x = x.astype(dtype)
-        full = n_grid - n_grid % per_step
+        # small buffers: one pass over all rows; big ones: a loop over cache-sized chunks, the
+        # rows left over reduced by the careful path (one copy of each path to compile)
+        full = n_grid - n_grid % per_step if n_grid > 4 * per_step else 0
         parts = []
         if full:
             def step(i, acc):
@@ -95,7 +110,8 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str):
             parts.append(jax.lax.fori_loop(0, full // per_step, step,
                                            jnp.zeros((full, N_FIGURES), dtype)))
         if n_grid > full:
-            parts.append(_rows(x[full * block:n_grid * block].reshape(-1, block)))
+            rest = x[full * block:n_grid * block].reshape(-1, block)
+            parts.append(_careful(rest, jnp.ones(rest.shape, bool)) if full else _rows(rest))
         grid = (jnp.concatenate(parts) if len(parts) > 1 else parts[0]) if parts \
             else jnp.zeros((0, N_FIGURES), dtype)
         if not n_pieces:
@@ -109,7 +125,7 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str):
             rows = jnp.broadcast_to(tail, (n_pieces, block))
         col = jnp.arange(block, dtype=jnp.int32)[None, :]
         mask = (col >= lo[:, None]) & (col < hi[:, None])
-        return grid, _careful(rows, mask)
+        return grid, _careful(rows, mask, lo)
 
     return kernel
 

@@ -19,7 +19,6 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from inspector.core import nodes
@@ -28,12 +27,11 @@ from inspector.core.health.aggregate import combine
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
 from inspector.core.health.partials import leaf_figures
+from inspector.core.lazy import read_ahead
 from inspector.core.leaves import leaf_info
-from inspector.core.packed import PackedTree
-from inspector.core.plan import Call, Plan
+from inspector.core.packed import PackedTree, plan_layout
 
-_CHUNK_LEAVES = 256  # leaves per plan on plain trees: progress is told after each chunk
-_CHUNK_BYTES = 256 << 20  # ... and after at most this many bytes
+_CHUNK_BYTES = 64 << 20  # plain trees are scanned this many bytes of leaves at a time
 
 
 class LeafStats(NamedTuple):
@@ -187,9 +185,9 @@ def _buffer_jit(size: int, block: int, n_pieces: int, work: str):
     return jax.jit(buffer_kernel(size, block, n_pieces, work))
 
 
-def _scan_packed(tree: PackedTree, device):
+def _scan_packed(tree: PackedTree, device, paths=None):
     slots = tree.layout.slots
-    paths = _layout_paths(tree.layout)
+    paths = _layout_paths(tree.layout) if paths is None else paths
     found: dict[int, LeafStats] = {}
     for group, buffer in tree.buffers.items():
         members = [i for i, s in enumerate(slots) if s.group == group]
@@ -199,11 +197,15 @@ def _scan_packed(tree: PackedTree, device):
         size = int(buffer.size)
         offsets = np.array([slots[i].offset for i in members], np.int64)
         sizes = np.array([slots[i].size for i in members], np.int64)
-        block = block_for(size, len(members))
+        block = block_for(tree.layout.sizes[group], len(members))
         start, stop, row, lo, hi, pieces = leaf_rows(offsets, sizes, size, block)
         rows = np.zeros((0, N_FIGURES))
         if size:
-            kernel = _buffer_jit(size, block, len(row), work)
+            # piece lists padded to a power of two with empty pieces: trees of one buffer size
+            # and similar layouts share a kernel
+            n_pieces = _bucket(len(row), 16)
+            row, lo, hi = (np.pad(v, (0, n_pieces - len(v))) for v in (row, lo, hi))
+            kernel = _buffer_jit(size, block, n_pieces, work)
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
@@ -219,56 +221,37 @@ def _scan_packed(tree: PackedTree, device):
     return order, [p for i, p in enumerate(paths) if i not in found]
 
 
-def _leaf_kernel(size: int, work: str):
-    block = block_for(size, 1)
-    n_grid, rest = divmod(size, block)
-    pieces = (np.array([n_grid] if rest else [], np.int32), np.zeros(1 if rest else 0, np.int32),
-              np.array([rest] if rest else [], np.int32))
-    kernel = buffer_kernel(size, block, len(pieces[0]), work)
-
-    def make():
-        return lambda x: jnp.concatenate(kernel(x, *(jnp.asarray(p) for p in pieces)))
-
-    return make, n_grid, 1 if rest else 0
+def _bucket(n: int, least: int) -> int:
+    """The power of two >= max(n, least)."""
+    return 1 << max(int(n) - 1, least - 1).bit_length()
 
 
 def _scan_plain(tree, device, progress):
+    """Leaves gathered a chunk at a time (at most `_CHUNK_BYTES`, or one bigger leaf) into one
+    host buffer per dtype whose length is rounded up to a power of two, each chunk scanned as a
+    packed tree: one kernel per dtype and buffer size however many leaf shapes there are, lazy
+    leaves read one at a time straight into the chunk, memory bounded by a chunk."""
     flat, _ = nodes.flatten(tree, with_path=True)
     todo, skipped = [], []
-    for path, leaf in flat:
-        path = jax.tree_util.keystr(path)
-        shape, dtype, _, _ = leaf_info(leaf)
+    for key, leaf in flat:
+        path = jax.tree_util.keystr(key)
+        shape, dtype, nbytes, _ = leaf_info(leaf)
         work = None if shape is None else work_dtype(dtype)
         if work is None or not getattr(leaf, "is_fully_addressable", True):
             skipped.append(path)
             continue
-        if not hasattr(leaf, "shape"):
-            leaf = np.asarray(leaf, dtype)
-        todo.append((path, leaf, tuple(shape), dtype, work))
+        todo.append((path, leaf, nbytes))
     out: list[LeafStats] = []
     total = len(flat)
     for chunk in _chunks(todo):
-        calls, layout = [], []
-        for _, leaf, shape, dtype, work in chunk:
-            size = math.prod(shape)
-            make, n_grid, n_pieces = _leaf_kernel(size, work)
-            calls.append(Call(("health_scan", size, dtype, work), make, [leaf]))
-            layout.append((n_grid, n_pieces))
-        plan = Plan("scan", device, calls, list, 0, 0)
-        plan.compile()
-        plan.place()
-        parts = [np.asarray(p, np.float64).reshape(-1, N_FIGURES)
-                 for p in jax.device_get(plan.execute())]
-        rows = np.concatenate(parts) if parts else np.zeros((0, N_FIGURES))
-        bases = np.cumsum([0] + [len(p) for p in parts])[:-1]
-        start = np.array(bases, np.int64)
-        stop = start + np.array([g for g, _ in layout], np.int64)
-        pieces = np.full((len(chunk), 2), -1, np.int64)
-        with_piece = np.array([p for _, p in layout], bool)
-        pieces[with_piece, 1] = stop[with_piece]
-        figures = leaf_figures(rows, start, stop, pieces)
-        out.extend(_stats_list([c[0] for c in chunk], [c[3] for c in chunk],
-                               [c[2] for c in chunk], figures))
+        layout, leaves = plan_layout([leaf for _, leaf, _ in chunk])
+        buffers = {g: np.zeros(_bucket(n, 1 << 16), np.dtype(g)) for g, n in layout.sizes.items()}
+        for value, slot in zip(read_ahead(leaves), layout.slots, strict=True):
+            buffers[slot.group][slot.offset:slot.offset + slot.size] = \
+                np.asarray(value).reshape(-1)
+            del value
+        stats, _ = _scan_packed(PackedTree(layout, buffers), device, [p for p, _, _ in chunk])
+        out.extend(stats)
         if progress is not None:
             progress(len(out) + len(skipped), total)
     return out, skipped
@@ -277,11 +260,10 @@ def _scan_plain(tree, device, progress):
 def _chunks(todo):
     chunk, nbytes = [], 0
     for item in todo:
-        size = int(getattr(item[1], "nbytes", 0) or 0)
-        if chunk and (len(chunk) == _CHUNK_LEAVES or nbytes + size > _CHUNK_BYTES):
+        if chunk and nbytes + item[2] > _CHUNK_BYTES:
             yield chunk
             chunk, nbytes = [], 0
         chunk.append(item)
-        nbytes += size
+        nbytes += item[2]
     if chunk:
         yield chunk
