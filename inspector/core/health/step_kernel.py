@@ -1,7 +1,8 @@
 """The timeline's device kernel: one leaf at one step against the same leaf a step before.
 
-Seven figures in one read of both leaves: `sum b^2`, `max |b|` and the NaN/Inf count of `b`
-(finite elements only in the sums), then `sum (b - a)^2`, `sum a^2`, `<a, b>` over elements
+Eight figures in one read of both leaves: `sum b^2`, `max |b|` and the NaN/Inf count of `b`
+(finite elements only in the sums), then `sum (b - a)^2`, `sum a^2`, `<a, b>`, `sum b^2` over
+elements
 finite in both, and how many elements differ bit for bit. Like the scan's kernel
 (kernels.py), the fast path materialises each operand in cache-sized chunks and reduces it
 alone (XLA's CPU backend runs fused multi-operand reductions several times slower); a chunk
@@ -18,8 +19,8 @@ import numpy as np
 
 _bar = jax.lax.optimization_barrier
 CHUNK = 1 << 16
-N_FIGURES = 7
-SUM_SQ, MAX_ABS, NONFINITE, DIFF_SQ, PREV_SQ, DOT, CHANGED = range(N_FIGURES)
+N_FIGURES = 8
+SUM_SQ, MAX_ABS, NONFINITE, DIFF_SQ, PREV_SQ, DOT, CHANGED, NOW_SQ = range(N_FIGURES)
 
 
 def _bits(x):
@@ -31,8 +32,9 @@ def _fast(a, b, f):
     changed = jnp.sum(_bar((_bits(a) != _bits(b)).astype(f)))
     a, b = _bar((a.astype(f), b.astype(f)))
     d = _bar(b - a)
-    out = [jnp.sum(_bar(b * b)), jnp.max(_bar(jnp.abs(b))), jnp.zeros((), f),
-           jnp.sum(_bar(d * d)), jnp.sum(_bar(a * a)), jnp.sum(_bar(a * b)), changed]
+    sum_sq = jnp.sum(_bar(b * b))
+    out = [sum_sq, jnp.max(_bar(jnp.abs(b))), jnp.zeros((), f),
+           jnp.sum(_bar(d * d)), jnp.sum(_bar(a * a)), jnp.sum(_bar(a * b)), changed, sum_sq]
     return jnp.stack(out)
 
 
@@ -45,7 +47,8 @@ def _careful(a, b, f):
     a1, b1 = jnp.where(both, a, 0), jnp.where(both, b, 0)
     d = b1 - a1
     return jnp.stack([jnp.sum(b0 * b0), jnp.max(jnp.abs(b0)), jnp.sum((~fb).astype(f)),
-                      jnp.sum(d * d), jnp.sum(a1 * a1), jnp.sum(a1 * b1), changed])
+                      jnp.sum(d * d), jnp.sum(a1 * a1), jnp.sum(a1 * b1), changed,
+                      jnp.sum(b1 * b1)])
 
 
 def _part(a, b, f):
@@ -59,7 +62,7 @@ def _combine(x, y):
 
 @lru_cache(maxsize=128)
 def step_kernel(size: int, dtype: str, work: str):
-    """Returns the jitted `f(a, b) -> 7 figures` for two leaves of `size` elements of `dtype`
+    """Returns the jitted `f(a, b) -> 8 figures` for two leaves of `size` elements of `dtype`
     (one compile per distinct size and dtype)."""
     f = np.dtype(work)
     n_chunks = size // CHUNK

@@ -65,8 +65,9 @@ class Timeline:
         labels: one per step (the step numbers of a folder, or indices).
         paths: every leaf key path seen at any step, in first-seen tree order.
         sums: (n_paths, n_steps) arrays: `sum_sq`, `max_abs`, `nonfinite`, `diff_sq`,
-            `prev_sq`, `dot`, `changed`, `size`, and the masks `present` (the leaf exists at
-            that step) and `paired` (it existed the step before with the same shape).
+            `prev_sq`, `dot`, `changed`, `now_sq` (sum x_t^2 where both steps are finite),
+            `size`, and the masks `present` (the leaf exists at that step) and `paired` (it
+            existed the step before with the same shape and dtype).
         changes: the structural changes between neighbouring steps.
         seconds: wall time.
     """
@@ -161,7 +162,7 @@ def _aggregate(metric: str, s: dict) -> np.ndarray:
             out = np.sqrt(diff_sq) / np.sqrt(prev_sq)
             out = np.where((prev_sq == 0) & (diff_sq == 0), 0.0, out)
         elif metric == "cosine":
-            now_sq = np.where(paired, s["sum_sq"], 0).sum(axis=0)
+            now_sq = np.where(paired, s["now_sq"], 0).sum(axis=0)
             dot = np.where(paired, s["dot"], 0).sum(axis=0)
             out = np.clip(dot / np.sqrt(prev_sq * now_sq), -1.0, 1.0)
             out = np.where((prev_sq == 0) & (now_sq == 0), 1.0, out)
@@ -238,7 +239,8 @@ def timeline(sources, labels: Sequence | None = None, device=None,
         flats.append(leaves)
     paths = list(order)
     n, steps = len(paths), len(trees)
-    names = ("sum_sq", "max_abs", "nonfinite", "diff_sq", "prev_sq", "dot", "changed", "size")
+    names = ("sum_sq", "max_abs", "nonfinite", "diff_sq", "prev_sq", "dot", "changed", "now_sq",
+             "size")
     sums = {k: np.full((n, steps), np.nan) for k in names}
     sums["present"] = np.zeros((n, steps), bool)
     sums["paired"] = np.zeros((n, steps), bool)
@@ -280,7 +282,7 @@ def _record(sums, i, t, figures, size, paired):
         sums[name][i, t] = figures[col]
     if paired:
         for name, col in (("diff_sq", sk.DIFF_SQ), ("prev_sq", sk.PREV_SQ), ("dot", sk.DOT),
-                          ("changed", sk.CHANGED)):
+                          ("changed", sk.CHANGED), ("now_sq", sk.NOW_SQ)):
             sums[name][i, t] = figures[col]
 
 
