@@ -2,8 +2,7 @@
 
 Eight figures in one read of both leaves: `sum b^2`, `max |b|` and the NaN/Inf count of `b`
 (finite elements only in the sums), then `sum (b - a)^2`, `sum a^2`, `<a, b>`, `sum b^2` over
-elements
-finite in both, and how many elements differ bit for bit. Like the scan's kernel
+elements finite in both, and how many elements differ bit for bit. Like the scan's kernel
 (kernels.py), the fast path materialises each operand in cache-sized chunks and reduces it
 alone (XLA's CPU backend runs fused multi-operand reductions several times slower); a chunk
 with NaN/Inf is reduced again by the careful, masked path.
