@@ -64,9 +64,7 @@ class HealthView(pn.viewable.Viewer):
             _frame([]), show_index=False, disabled=True, pagination="local", page_size=15,
             sizing_mode="stretch_width", layout="fit_data_stretch", titles=TITLES,
             header_filters={"path": {"type": "input", "func": "like",
-                                     "placeholder": "filter by key path"}},
-            formatters={c: {"type": "money", "precision": 6, "symbol": ""}
-                        for c in ("min", "max", "mean", "std", "l2", "max_abs")})
+                                     "placeholder": "filter by key path"}}, visible=False)
         h.param.watch(next_tick(self._update), ["scan", "only_nonfinite", "color_by"])
         state.param.watch(self._update_progress, ["busy", "progress", "status"])
         state.param.watch(self._update_summary, ["selected"])
@@ -115,8 +113,8 @@ class HealthView(pn.viewable.Viewer):
         self.next_button.disabled = scan is None or not scan.nonfinite()
         self._colouring = Colouring(scan, h.color_by) if scan is not None else None
         self.legend.object = "" if self._colouring is None else _legend(self._colouring)
-        self.table.value = _frame(table_rows(scan, h.only_nonfinite) if scan else [])
         self.table.visible = scan is not None
+        self.table.value = _frame(table_rows(scan, h.only_nonfinite) if scan else [])
         self._update_summary()
         self.lazy.update()
 
@@ -134,4 +132,7 @@ def _legend(colouring: Colouring) -> str:
 def _frame(rows):
     import pandas as pd
 
-    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+    df = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+    for c in ("min", "max", "mean", "std", "l2", "max_abs"):  # 7 digits: float32's worth
+        df[c] = [float(f"{v:.7g}") for v in df[c]]
+    return df

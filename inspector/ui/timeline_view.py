@@ -126,7 +126,6 @@ class TimelineView(pn.viewable.Viewer):
                       TapTool(renderers=[cells]))
         fig.add_layout(ColorBar(color_mapper=mapper, ticker=BasicTicker(), width=10,
                                 title=metric), "right")
-        fig.xaxis.major_label_orientation = 0.8
         fig.grid.grid_line_color = None
         return fig
 
