@@ -68,8 +68,8 @@ _EXPORTS = {
     # health and history (issue 24): scans for NaN/Inf and norms, timelines across checkpoints
     "scan": "inspector.core.health.scan",
     "Scan": "inspector.core.health.scan",
-    "LeafStats": "inspector.core.health.scan",
-    "timeline": "inspector.core.health.timeline",
+    "LeafStats": "inspector.core.health.leaf_stats",
+    "timeline": "inspector.health",
     "Timeline": "inspector.core.health.timeline",
     # checkpoints
     "load": "inspector.io",

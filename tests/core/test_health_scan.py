@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.core.health.scan import LeafStats
+from inspector.core.health.leaf_stats import LeafStats
 
 
 def reference(x) -> dict:

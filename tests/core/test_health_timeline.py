@@ -103,10 +103,10 @@ def test_numbered_safetensors_folder_read_once(tmp_path, monkeypatch):
         inspector.save(tree, tmp_path / f"ckpt_{step * 1000}.safetensors")
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     reads: list = []
-    import inspector.io as io
+    import inspector.health as health
 
-    real = io.load
-    monkeypatch.setattr(io, "load", lambda path: counting(real(path), reads))
+    real = health.load
+    monkeypatch.setattr(health, "load", lambda path: counting(real(path), reads))
     t = inspector.timeline(tmp_path)
     assert t.labels == [s * 1000 for s in STEPS]
     assert len(reads) == len(set(reads)) == sum(len(inspector.describe(r)) - 3 for r in run)

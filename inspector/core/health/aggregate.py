@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
+from inspector.core.health.leaf_stats import LeafStats
 
-def combine(path: str, members) -> object:
+
+def combine(path: str, members) -> LeafStats:
     """Returns one `LeafStats` for `members` (LeafStats) taken as one vector."""
-    from inspector.core.health.scan import LeafStats
-
     dtypes = {s.dtype for s in members}
     finite = [(s.size - s.nonfinite, s) for s in members]
     n = sum(k for k, _ in finite)

@@ -16,7 +16,6 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -26,52 +25,13 @@ from inspector.core.devices import resolve_device
 from inspector.core.health.aggregate import combine
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
+from inspector.core.health.leaf_stats import LeafStats
 from inspector.core.health.partials import leaf_figures
 from inspector.core.lazy import read_ahead
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import PackedTree, plan_layout
 
 _CHUNK_BYTES = 64 << 20  # plain trees are scanned this many bytes of leaves at a time
-
-
-class LeafStats(NamedTuple):
-    """One leaf's figures (or a subtree's, from `Scan.subtree`); immutable (a NamedTuple, as
-    `Row` is: a scan of 100k leaves builds 100k of them, and a frozen dataclass costs several
-    times as much to build).
-
-    Counts are exact. `min`, `max`, `mean`, `std` (population), `l2` (Euclidean norm) and
-    `max_abs` are over the finite elements (NaN and Inf are counted, not measured), computed on
-    the device in float32 (float64 leaves in float64 when JAX has x64 on) per row of at most
-    1,024 elements, rows combined in float64; NaN where there is no finite element.
-
-    Attributes:
-        path: the key path (keystr form); dtype: the leaf's dtype (`"mixed"` for a subtree of
-        several); shape: the leaf's shape (None for a subtree); size: elements.
-    """
-
-    path: str
-    dtype: str
-    shape: tuple[int, ...] | None
-    size: int
-    nan: int
-    posinf: int
-    neginf: int
-    zeros: int
-    min: float
-    max: float
-    mean: float
-    std: float
-    l2: float
-    max_abs: float
-
-    @property
-    def nonfinite(self) -> int:
-        """NaN + Inf elements."""
-        return self.nan + self.posinf + self.neginf
-
-    @property
-    def zeros_fraction(self) -> float:
-        return self.zeros / self.size if self.size else 0.0
 
 
 @dataclass(frozen=True)
@@ -109,7 +69,7 @@ class Scan:
 
         >>> s = scan({"a": {"x": np.ones(3, np.float32), "y": np.zeros(1, np.float32)}})
         >>> t = s.subtree("['a']")
-        >>> t.size, t.zeros, t.mean, t.l2 ** 2
+        >>> t.size, t.zeros, t.mean, round(t.l2 ** 2, 6)
         (4, 1, 0.75, 3.0)
         """
         members = [s for s in self.leaves if _under(s.path, path)]

@@ -23,6 +23,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
 from inspector.core.diff import diff
+from inspector.core.errors import InspectorError
 from inspector.core.health import step_kernel as sk
 from inspector.core.health.kernels import work_dtype
 from inspector.core.health.sources import checkpoint_folder, step_number
@@ -192,16 +193,18 @@ def _resolve(sources, labels):
     return labels, items
 
 
-def _open(item):
+def _open(item, load):
     if isinstance(item, str | os.PathLike):
-        from inspector.io import load  # io sits above core; imported when a path is given
-
+        if load is None:
+            raise InspectorError(
+                f"{item}: the core timeline reads no files; call inspector.timeline (it opens "
+                "checkpoints with inspector.load) or pass load=.")
         return load(item)
     return unpacked(item)
 
 
 def timeline(sources, labels: Sequence | None = None, device=None,
-             progress: Callable[[int, int], None] | None = None) -> Timeline:
+             progress: Callable[[int, int], None] | None = None, load=None) -> Timeline:
     """Returns the `Timeline` of a run: per leaf and step `l2`, `max_abs`, NaN/Inf count and,
     against the step before, relative change, cosine and bitwise changes.
 
@@ -212,6 +215,8 @@ def timeline(sources, labels: Sequence | None = None, device=None,
         labels: one per checkpoint (default: the folder's step numbers, else 0, 1, ...).
         device: where the reductions run.
         progress: `progress(done, total)`: leaf reads so far, of all.
+        load: opens a checkpoint path as a tree of lazy leaves (`inspector.timeline` passes
+            `inspector.load`; the core reads no files itself).
 
     Raises:
         LoadError: a checkpoint cannot be read (the file is named), or the folder has none.
@@ -225,7 +230,7 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     begin = time.perf_counter()
     device = resolve_device(device)
     labels, items = _resolve(sources, labels)
-    trees = [_open(item) for item in items]
+    trees = [_open(item, load) for item in items]
     flats = []
     order: dict[str, tuple[str, ...]] = {}
     for tree in trees:

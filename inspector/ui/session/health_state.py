@@ -44,9 +44,10 @@ class HealthState(param.Parameterized):
     picked = param.Tuple(default=("", -1), doc="The heatmap cell last picked: (row path, step).")
     compare_shown = param.Event(doc="Raised when a picked cell was sent to the Compare view.")
 
-    def __init__(self, state, **params):
+    def __init__(self, state, error_text, **params):
         super().__init__(**params)
         self._state = state
+        self._error_text = error_text  # the session's way of telling a failure
         self.tree_view = TreeViewState(name="health tree")
         state.param.watch(self._on_selected, "selected")
 
@@ -74,9 +75,7 @@ class HealthState(param.Parameterized):
 
         def done(scan, exc):
             if exc is not None:
-                from inspector.ui.session.state import error_text
-
-                state.error = error_text(exc, state.file_root)
+                state.error = self._error_text(exc, state.file_root)
                 return
             self.tree_view.param.update(path="", expanded=loaded.index.default_expanded())
             self.param.update(scan=scan, scanned=loaded.name, nan_at=-1)
@@ -121,9 +120,7 @@ class HealthState(param.Parameterized):
 
         def done(out, exc):
             if exc is not None:
-                from inspector.ui.session.state import error_text
-
-                state.error = error_text(exc, state.file_root)
+                state.error = self._error_text(exc, state.file_root)
                 return
             self.param.update(timeline=out[0], timeline_names=out[1], picked=("", -1))
 

@@ -155,7 +155,7 @@ class InspectorState(param.Parameterized):
         self._queue: list = []
         self._kept = 0
         self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
-        self.health = HealthState(self)  # the scan and the timeline; their views set them
+        self.health = HealthState(self, error_text)  # the scan and the timeline
         self.runs = HeldRuns()  # the working set: trees read once, held packed, reused
         self.hosts = None  # the `hosts.Leader` when served from several hosts
         self.session_id = 0
