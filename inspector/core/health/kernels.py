@@ -76,13 +76,6 @@ def _careful(y, mask, first=None):
     return jnp.stack([n, c, sd, sdd, lo, hi, zeros, nan, pos, neg], axis=1)
 
 
-def _rows(y):
-    """Figures of whole rows: fast, or careful when some value is not finite."""
-    fast = _fast(y)
-    ok = jnp.all(jnp.isfinite(fast[:, 2:4]))
-    return jax.lax.cond(ok, lambda: fast, lambda: _careful(y, jnp.ones(y.shape, bool)))
-
-
 def buffer_kernel(size: int, block: int, n_pieces: int, work: str):
     """Returns `f(x, piece_rows, lo, hi) -> (grid (G, 10), pieces (n_pieces, 10))` for a flat
     buffer of `size` elements: every whole row `[k * block, (k + 1) * block)` (G of them), then
@@ -105,27 +98,49 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str):
             def step(i, acc):
                 y = jax.lax.dynamic_slice(x, (i * per_step * block,), (per_step * block,))
                 return jax.lax.dynamic_update_slice(
-                    acc, _rows(y.reshape(per_step, block)), (i * per_step, 0))
+                    acc, _fast(y.reshape(per_step, block)), (i * per_step, 0))
 
             parts.append(jax.lax.fori_loop(0, full // per_step, step,
                                            jnp.zeros((full, N_FIGURES), dtype)))
         if n_grid > full:
             rest = x[full * block:n_grid * block].reshape(-1, block)
-            parts.append(_careful(rest, jnp.ones(rest.shape, bool)) if full else _rows(rest))
+            parts.append(_careful(rest, jnp.ones(rest.shape, bool)) if full else _fast(rest))
         grid = (jnp.concatenate(parts) if len(parts) > 1 else parts[0]) if parts \
             else jnp.zeros((0, N_FIGURES), dtype)
         if not n_pieces:
             return grid, jnp.zeros((0, N_FIGURES), dtype)
-        tail = jnp.pad(x[n_grid * block:], (0, block - (size - n_grid * block)))[None, :]
-        if n_grid:
-            whole = x[:n_grid * block].reshape(n_grid, block)
-            rows = jnp.take(whole, jnp.minimum(piece_rows, n_grid - 1), axis=0)
-            rows = jnp.where((piece_rows == n_grid)[:, None], tail, rows)
-        else:
-            rows = jnp.broadcast_to(tail, (n_pieces, block))
-        col = jnp.arange(block, dtype=jnp.int32)[None, :]
-        mask = (col >= lo[:, None]) & (col < hi[:, None])
-        return grid, _careful(rows, mask, lo)
+        return grid, _pieces(x, piece_rows, lo, hi, size, block)
+
+    return kernel
+
+
+def _pieces(x, piece_rows, lo, hi, size: int, block: int):
+    """The careful figures of rows `piece_rows` of flat `x` (row `size // block`: the padded
+    tail), each masked to `[lo, hi)`."""
+    n_grid = size // block
+    tail = jnp.pad(x[n_grid * block:], (0, block - (size - n_grid * block)))[None, :]
+    if n_grid:
+        whole = x[:n_grid * block].reshape(n_grid, block)
+        rows = jnp.take(whole, jnp.minimum(piece_rows, n_grid - 1), axis=0)
+        rows = jnp.where((piece_rows == n_grid)[:, None], tail, rows)
+    else:
+        rows = jnp.broadcast_to(tail, (piece_rows.shape[0], block))
+    col = jnp.arange(block, dtype=jnp.int32)[None, :]
+    mask = (col >= lo[:, None]) & (col < hi[:, None])
+    return _careful(rows, mask, lo)
+
+
+def pieces_kernel(size: int, block: int, work: str):
+    """Returns `f(x, piece_rows, lo, hi) -> (n, 10)`: the careful figures of chosen rows of a
+    flat buffer of `size` elements (the whole rows whose fast figures came out non-finite are
+    reduced again by it: the fast path cannot tell NaN from Inf)."""
+    dtype = np.dtype(work)
+
+    def kernel(x, piece_rows, lo, hi):
+        x = x.reshape(-1)
+        if x.dtype != dtype:
+            x = x.astype(dtype)
+        return _pieces(x, piece_rows, lo, hi, size, block)
 
     return kernel
 

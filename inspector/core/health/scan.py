@@ -23,7 +23,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
 from inspector.core.health.aggregate import combine
-from inspector.core.health.kernels import N_FIGURES, buffer_kernel, work_dtype
+from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
 from inspector.core.health.leaf_stats import LeafStats
 from inspector.core.health.partials import leaf_figures
@@ -169,7 +169,8 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
-            rows = np.concatenate([np.asarray(grid), np.asarray(piece_rows)])
+            grid = _careful_again(np.array(grid), x, size, block, work, device)
+            rows = np.concatenate([grid, np.asarray(piece_rows)])
             pieces = np.where(pieces >= 0, pieces + len(grid), -1)
         figures = leaf_figures(rows, start, stop, pieces)
         stats = _stats_list([paths[i] for i in members], [slots[i].dtype for i in members],
@@ -179,6 +180,27 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         return [found[i] for i in range(len(slots))], []
     order = [found[i] for i in range(len(slots)) if i in found]
     return order, [p for i, p in enumerate(paths) if i not in found]
+
+
+@lru_cache(maxsize=64)
+def _pieces_jit(size: int, block: int, work: str):
+    return jax.jit(pieces_kernel(size, block, work))
+
+
+def _careful_again(grid: np.ndarray, x, size: int, block: int, work: str, device):
+    """`grid` with its rows whose fast figures are not finite (NaN or Inf in them) replaced by
+    their careful figures (one more kernel call, only when there are such rows)."""
+    bad = np.flatnonzero(~np.isfinite(grid[:, 2]) | ~np.isfinite(grid[:, 3]))
+    if not bad.size:
+        return grid
+    n = _bucket(len(bad), 16)
+    rows = np.pad(bad.astype(np.int32), (0, n - len(bad)))
+    lo = np.zeros(n, np.int32)
+    hi = np.where(np.arange(n) < len(bad), block, 0).astype(np.int32)
+    again = jax.device_get(_pieces_jit(size, block, work)(
+        x, *jax.device_put((rows, lo, hi), device)))
+    grid[bad] = np.asarray(again)[:len(bad)]
+    return grid
 
 
 def _bucket(n: int, least: int) -> int:

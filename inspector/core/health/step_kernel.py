@@ -4,8 +4,8 @@ Eight figures in one read of both leaves: `sum b^2`, `max |b|` and the NaN/Inf c
 (finite elements only in the sums), then `sum (b - a)^2`, `sum a^2`, `<a, b>`, `sum b^2` over
 elements finite in both, and how many elements differ bit for bit. Like the scan's kernel
 (kernels.py), the fast path materialises each operand in cache-sized chunks and reduces it
-alone (XLA's CPU backend runs fused multi-operand reductions several times slower); a chunk
-with NaN/Inf is reduced again by the careful, masked path.
+alone (XLA's CPU backend runs fused multi-operand reductions several times slower); a leaf
+with NaN/Inf makes a figure non-finite, and the leaf is reduced again by the careful path.
 """
 
 from __future__ import annotations
@@ -50,19 +50,24 @@ def _careful(a, b, f):
                       jnp.sum(b1 * b1)])
 
 
-def _part(a, b, f):
-    fast = _fast(a, b, f)
-    return jax.lax.cond(jnp.all(jnp.isfinite(fast)), lambda: fast, lambda: _careful(a, b, f))
-
-
 def _combine(x, y):
     return jnp.stack([x[0] + y[0], jnp.maximum(x[1], y[1]), *(x[2:] + y[2:])])
 
 
 @lru_cache(maxsize=128)
+def careful_kernel(size: int, dtype: str, work: str):
+    """Returns the jitted careful `f(a, b) -> 8 figures` (NaN/Inf counted, left out of the
+    sums): called only when the fast kernel's figures are not finite."""
+    f = np.dtype(work)
+    return jax.jit(lambda a, b: _careful(a.reshape(-1), b.reshape(-1), f))
+
+
+@lru_cache(maxsize=128)
 def step_kernel(size: int, dtype: str, work: str):
-    """Returns the jitted `f(a, b) -> 8 figures` for two leaves of `size` elements of `dtype`
-    (one compile per distinct size and dtype)."""
+    """Returns the jitted fast `f(a, b) -> 8 figures` for two leaves of `size` elements of
+    `dtype` (one compile per distinct size and dtype); figures that come out non-finite mean
+    NaN/Inf in a leaf: then `careful_kernel` tells them apart (a `cond` in the loop doubled
+    its time)."""
     f = np.dtype(work)
     n_chunks = size // CHUNK
 
@@ -72,12 +77,12 @@ def step_kernel(size: int, dtype: str, work: str):
         if n_chunks:
             def step(i, acc):
                 start = (i * CHUNK,)
-                return _combine(acc, _part(jax.lax.dynamic_slice(a, start, (CHUNK,)),
+                return _combine(acc, _fast(jax.lax.dynamic_slice(a, start, (CHUNK,)),
                                            jax.lax.dynamic_slice(b, start, (CHUNK,)), f))
 
             acc = jax.lax.fori_loop(0, n_chunks, step, acc)
         if size > n_chunks * CHUNK:
-            acc = _combine(acc, _part(a[n_chunks * CHUNK:], b[n_chunks * CHUNK:], f))
+            acc = _combine(acc, _fast(a[n_chunks * CHUNK:], b[n_chunks * CHUNK:], f))
         return acc
 
     return jax.jit(kernel)

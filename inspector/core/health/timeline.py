@@ -266,9 +266,14 @@ def timeline(sources, labels: Sequence | None = None, device=None,
                                device)
             done += 1
             paired = prev is not None and prev_info[:2] == info[:2]
-            kernel = sk.step_kernel(max(1, math.prod(info[0])), info[1], work)
-            figures = np.asarray(kernel(prev if paired else x, x), np.float64) \
-                if math.prod(info[0]) else np.zeros(sk.N_FIGURES)
+            size = math.prod(info[0])
+            figures = np.zeros(sk.N_FIGURES)
+            if size:
+                pair = (prev if paired else x, x)
+                figures = np.asarray(sk.step_kernel(size, info[1], work)(*pair), np.float64)
+                if not np.isfinite(figures).all():  # NaN/Inf in a leaf: tell them apart
+                    figures = np.asarray(sk.careful_kernel(size, info[1], work)(*pair),
+                                         np.float64)
             _record(sums, i, t, figures, math.prod(info[0]), paired)
             prev, prev_info = x, info
             if progress is not None:
