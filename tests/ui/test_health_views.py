@@ -83,3 +83,21 @@ def test_timeline_of_a_folder_opens_steps_when_picked(tmp_path):
     view.tap("['dec']", 1)
     assert (state.diff_a, state.diff_b) == ("step 100", "step 200")
     assert "step 200" in state.trees
+
+
+def test_the_notebook_widget_has_both_views():
+    import inspector
+
+    run = planted_run()[:3]
+    widget = inspector.Inspector(step1=run[0], step2=run[1], step3=run[2])
+    assert len(widget.tabs.objects) == 4  # operations, comparison, health, timeline
+    state = widget.state
+    state.selected = "step3"
+    state.health.scan_tree = True  # from a cell: runs at once
+    assert [s.path for s in state.health.scan.nonfinite()] == [NAN_LEAF]
+    state.health.param.update(timeline_trees=["step1", "step2", "step3"], depth=2)
+    state.health.open_timeline = True
+    assert state.health.timeline.frozen() == [FROZEN]
+    widget.app.timeline._update()
+    widget.app.timeline.tap(NAN_LEAF, 2)
+    assert widget.tabs.active == 1 and (state.diff_a, state.diff_b) == ("step2", "step3")
