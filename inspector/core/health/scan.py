@@ -11,6 +11,7 @@ leaf (and per subtree) on the host in float64 (`partials.py`).
 from __future__ import annotations
 
 import math
+import re
 import time
 import weakref
 from collections.abc import Callable
@@ -44,6 +45,7 @@ class Scan:
     skipped: tuple[str, ...] = ()
     seconds: float = 0.0
     _by_path: dict = field(default_factory=dict, repr=False, compare=False)
+    _ranges: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         self._by_path.update({s.path: s for s in self.leaves})
@@ -72,14 +74,27 @@ class Scan:
         >>> t.size, t.zeros, t.mean, round(t.l2 ** 2, 6)
         (4, 1, 0.75, 3.0)
         """
-        members = [s for s in self.leaves if _under(s.path, path)]
-        if not members:
+        if not self._ranges:
+            self._ranges.update(_subtree_ranges([s.path for s in self.leaves]))
+        found = self._ranges.get(path)
+        if found is None:
             raise KeyError(f"No scanned leaf lies under {path!r}.")
-        return combine(path, members)
+        return combine(path, self.leaves[found[0]:found[1]])
 
 
-def _under(path: str, prefix: str) -> bool:
-    return path.startswith(prefix) and (len(path) == len(prefix) or path[len(prefix)] in "[.")
+_KEY = re.compile(r"""\['(?:[^'\\]|\\.)*'\]|\["(?:[^"\\]|\\.)*"\]|\[[^\]]*\]|\.[^.\[]+""")
+
+
+def _subtree_ranges(paths: list[str]) -> dict[str, list[int]]:
+    """Every inner node's key path -> `[first, end)` of its leaves among `paths` (in
+    flattening order a subtree's leaves are contiguous), built once per scan: colouring a
+    100k-leaf tree asks for a subtree per row shown."""
+    ranges: dict[str, list[int]] = {}
+    for i, path in enumerate(paths):
+        ends = [0] + [m.end() for m in _KEY.finditer(path)]
+        for end in ends:
+            ranges.setdefault(path[:end], [i, i + 1])[1] = i + 1
+    return ranges
 
 
 def scan(tree, device=None, progress: Callable[[int, int], None] | None = None) -> Scan:
