@@ -23,7 +23,7 @@ import numpy as np
 
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
-from inspector.core.health.aggregate import combine
+from inspector.core.health.aggregate import columns, combine
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
 from inspector.core.health.leaf_stats import LeafStats
@@ -46,6 +46,7 @@ class Scan:
     seconds: float = 0.0
     _by_path: dict = field(default_factory=dict, repr=False, compare=False)
     _ranges: dict = field(default_factory=dict, repr=False, compare=False)
+    _columns: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
         self._by_path.update({s.path: s for s in self.leaves})
@@ -79,7 +80,9 @@ class Scan:
         found = self._ranges.get(path)
         if found is None:
             raise KeyError(f"No scanned leaf lies under {path!r}.")
-        return combine(path, self.leaves[found[0]:found[1]])
+        if not self._columns:
+            self._columns.update(columns(self.leaves))
+        return combine(path, self._columns, *found)
 
 
 _KEY = re.compile(r"""\['(?:[^'\\]|\\.)*'\]|\["(?:[^"\\]|\\.)*"\]|\[[^\]]*\]|\.[^.\[]+""")
