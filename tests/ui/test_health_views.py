@@ -101,3 +101,11 @@ def test_the_notebook_widget_has_both_views():
     widget.app.timeline._update()
     widget.app.timeline.tap(NAN_LEAF, 2)
     assert widget.tabs.active == 1 and (state.diff_a, state.diff_b) == ("step2", "step3")
+
+
+def test_a_folder_outside_the_root_is_refused(tmp_path):
+    state = InspectorState(file_root=str(tmp_path / "inside"))
+    state.health.timeline_folder = "../elsewhere"
+    state.health.open_timeline = True
+    assert "outside the folder the app may open" in state.error
+    assert state.health.timeline is None

@@ -97,8 +97,11 @@ class HealthState(param.Parameterized):
     def _on_open_timeline(self):
         state = self._state
         if self.timeline_folder:
-            folder = _inside(state.file_root, self.timeline_folder)
-            sources, names = folder, None
+            try:
+                sources, names = _inside(state.file_root, self.timeline_folder), None
+            except inspector.InspectorError as exc:
+                state.error = self._error_text(exc, state.file_root)
+                return
         else:
             names = [n for n in self.timeline_trees if n in state.trees]
             if len(names) < 2:
