@@ -70,6 +70,12 @@ _EXPORTS = {
     "cached_kernels": "inspector.core.plan",
     # every cache in one registry (issue 27)
     "clear_caches": "inspector.core.caches",
+    # health and history (issue 24): scans for NaN/Inf and norms, timelines across checkpoints
+    "scan": "inspector.core.health.scan",
+    "Scan": "inspector.core.health.scan",
+    "LeafStats": "inspector.core.health.leaf_stats",
+    "timeline": "inspector.health",
+    "Timeline": "inspector.core.health.timeline",
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",

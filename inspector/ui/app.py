@@ -14,6 +14,7 @@ from panel.util import edit_readonly
 from inspector.ui.diff_view import DiffView
 from inspector.ui.export import ExportView
 from inspector.ui.file_picker import FileOpener
+from inspector.ui.health_view import HealthView
 from inspector.ui.layout import PAGE_THEME, columns, follow_browser_theme
 from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
@@ -22,6 +23,7 @@ from inspector.ui.run_status import RunStatus
 from inspector.ui.session.preselect import COMPARE, OPERATIONS, preselect
 from inspector.ui.session.state import InspectorState
 from inspector.ui.sidebar import DeviceSelector, ExampleLoader, TreeListView
+from inspector.ui.timeline_view import TimelineView
 from inspector.ui.tree_view import TreeView
 from inspector.ui.upload import MAX_MESSAGE_BYTES
 from inspector.ui.working_set_view import WorkingSetView
@@ -30,7 +32,7 @@ TITLE = "pytree inspector"
 ROOT_ENV = "PYTREE_INSPECTOR_ROOT"
 """The environment variable naming the folder the file picker may open (default: the working
 directory), for `panel serve inspector`; the launcher's `--root` sets it directly."""
-TABS = ("Operations", "Compare trees", "Mesh")
+TABS = ("Operations", "Compare trees", "Mesh", "Health", "Timeline")
 FROM_ENV = "from $PYTREE_INSPECTOR_ALLOW_REMOTE"
 """`remote_prefixes` default: what the environment variable says (unset: URLs refused)."""
 
@@ -89,6 +91,14 @@ class InspectorApp(pn.viewable.Viewer):
     def mesh(self) -> MeshPanel:
         return MeshPanel(self.state)
 
+    @cached_property
+    def health(self) -> HealthView:
+        return HealthView(self.state)
+
+    @cached_property
+    def timeline(self) -> TimelineView:
+        return TimelineView(self.state)
+
     def sidebar(self) -> list:
         rest = pmui.Column(sizing_mode="stretch_width", margin=0)
 
@@ -121,11 +131,18 @@ class InspectorApp(pn.viewable.Viewer):
         # The comparison and the mesh are built and drawn only once their tab is opened.
         compare = pmui.Card(title="Compare two trees", collapsible=False, **column)
         mesh = pmui.Card(title="Shard over a device mesh", collapsible=False, **column)
-        later = {1: (compare, "diff"), 2: (mesh, "mesh")}
+        health = pmui.Card(title="Health of the selected tree", collapsible=False, **column)
+        timeline = pmui.Card(title="Across checkpoints", collapsible=False, **column)
+        later = {1: (compare, "diff"), 2: (mesh, "mesh"), 3: (health, "health"),
+                 4: (timeline, "timeline")}
         first = 1 if self.opens_on == COMPARE else 0
         self.tabs = pmui.Tabs((TABS[0], operate), (TABS[1], compare), (TABS[2], mesh),
-                              dynamic=True, active=first,
+                              (TABS[3], health), (TABS[4], timeline), dynamic=True,
+                              active=first,
                               sizing_mode="stretch_width", margin=(0, 0))
+        # A heatmap cell picked in the timeline shows its two steps in the comparison.
+        self.state.health.param.watch(lambda *_: setattr(self.tabs, "active", 1),
+                                      "compare_shown")
 
         def opened(active: int):
             card, view = later.get(active, (None, None))

@@ -75,10 +75,16 @@ class Inspector(pn.viewable.Viewer):
             pmui.Card(app.result, title="Result", min_width=380, **card),
             sizing_mode="stretch_width")
         compare = pmui.Card(app.diff, title="Compare two trees", **card)
+        health = pmui.Card(app.health, title="Health of the selected tree", **card)
+        timeline = pmui.Card(app.timeline, title="Across checkpoints", **card)
         # dynamic: the comparison is drawn only once its tab is opened
-        self.tabs = pmui.Tabs(("Operations", operate), ("Compare trees", compare), dynamic=True,
+        self.tabs = pmui.Tabs(("Operations", operate), ("Compare trees", compare),
+                              ("Health", health), ("Timeline", timeline), dynamic=True,
                               active=int(opens_on == COMPARE),
                               sizing_mode="stretch_width", margin=(0, 0))
+        # A heatmap cell picked in the timeline shows its two steps in the comparison.
+        self.state.health.param.watch(lambda *_: setattr(self.tabs, "active", 1),
+                                      "compare_shown")
 
     def __panel__(self):
         app = self.app

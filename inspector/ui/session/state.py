@@ -23,6 +23,7 @@ import inspector
 from inspector import examples
 from inspector.core import memory
 from inspector.ui.session.example_sets import EXAMPLE_SETTINGS, example_trees
+from inspector.ui.session.health_state import HealthState
 from inspector.ui.session.held_runs import Cancelled, HeldRuns
 from inspector.ui.session.hosts import led_keep, led_run, shared_now, spans_hosts
 from inspector.ui.session.loaded import LoadedTree, prepare
@@ -154,6 +155,7 @@ class InspectorState(param.Parameterized):
         self._queue: list = []
         self._kept = 0
         self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
+        self.health = HealthState(self, error_text)  # the scan and the timeline
         self.runs = HeldRuns()  # the working set: trees read once, held packed, reused
         self.hosts = None  # the `hosts.Leader` when served from several hosts
         self.session_id = 0

@@ -1,0 +1,51 @@
+"""How the leaves of one flat buffer map onto rows of `block` elements: each leaf's run of
+whole rows and its (at most two) masked pieces, computed for all leaves at once with NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def block_for(size: int, n_leaves: int) -> int:
+    """The row length for a buffer of `size` elements holding `n_leaves` leaves: long rows for
+    big leaves (fewer partials), short rows for many small leaves (pieces are masked rows, so
+    their cost grows with the row length)."""
+    mean = size / max(1, n_leaves)
+    return 1024 if mean >= 16 * 1024 else 256 if mean >= 2048 else 64
+
+
+def leaf_rows(offsets: np.ndarray, sizes: np.ndarray, size: int, block: int):
+    """Returns `(start, stop, piece_row, piece_lo, piece_hi, pieces)` for leaves at `offsets`
+    of `sizes` in a buffer of `size` elements.
+
+    `[start, stop)`: each leaf's whole rows of the grid (`size // block` rows). Pieces are
+    rows masked to `[lo, hi)`; row `size // block` is the buffer's zero-padded tail.
+    `pieces` is (n_leaves, 2): the index of each leaf's pieces in the piece list, -1 for none.
+    """
+    offsets = np.asarray(offsets, np.int64)
+    sizes = np.asarray(sizes, np.int64)
+    ends = offsets + sizes
+    n_grid = size // block
+    first_whole = -(-offsets // block)
+    start = np.minimum(first_whole, n_grid)
+    stop = np.maximum(np.minimum(ends // block, n_grid), start)
+    has_whole = stop > start
+    nonempty = sizes > 0
+    # head: the partial row before the whole rows (or the leaf's first row if it has none)
+    head_row = offsets // block
+    head_hi = np.where(has_whole, block, np.minimum(block, ends - head_row * block))
+    head = nonempty & (~has_whole | (offsets < start * block))
+    # tail: the partial row after the whole rows (or the leaf's second row if it has none)
+    tail_row = np.where(has_whole, stop, head_row + 1)
+    tail = nonempty & (ends > tail_row * block)
+    n_head, n_tail = int(head.sum()), int(tail.sum())
+    piece_row = np.concatenate([head_row[head], tail_row[tail]]).astype(np.int32)
+    piece_lo = np.concatenate([(offsets - head_row * block)[head],
+                               np.zeros(n_tail, np.int64)]).astype(np.int32)
+    piece_hi = np.concatenate([head_hi[head], (ends - tail_row * block)[tail]]).astype(np.int32)
+    pieces = np.full((len(offsets), 2), -1, np.int64)
+    pieces[head, 0] = np.arange(n_head)
+    pieces[tail, 1] = n_head + np.arange(n_tail)
+    start = np.where(has_whole, start, 0)
+    stop = np.where(has_whole, stop, 0)
+    return start, stop, piece_row, piece_lo, piece_hi, pieces

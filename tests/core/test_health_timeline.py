@@ -1,0 +1,140 @@
+"""`inspector.timeline`: planted faults, orbax and numbered-file folders, one read per leaf."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import inspector
+from inspector.core.lazy import LazyArray
+from tests.core.health_runs import (
+    ADDED,
+    DOUBLING,
+    FROZEN,
+    INF_LEAF,
+    NAN_LEAF,
+    STEPS,
+    planted_run,
+)
+
+
+def finite(x):
+    x = np.asarray(x, np.float64).ravel()
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+def test_planted_faults_are_found():
+    run = planted_run()
+    t = inspector.timeline(run, labels=STEPS)
+    assert t.frozen() == [FROZEN]
+    assert t.first_nonfinite() == {NAN_LEAF: 3, INF_LEAF: 5}
+    nonfinite = t.table("nonfinite")
+    assert nonfinite.values[nonfinite.rows.index(INF_LEAF)].tolist() == [0, 0, 0, 0, 1, 0]
+    changes = t.structure_changes()
+    assert [(c.label, c.path, c.kind) for c in changes] == [(4, ADDED, "extra")]
+    l2 = t.table("l2")
+    doubling = l2.values[l2.rows.index(DOUBLING)]
+    np.testing.assert_allclose(doubling[1:] / doubling[:-1], 2.0, rtol=1e-6)
+    added = l2.values[l2.rows.index(ADDED)]
+    assert np.isnan(added[:3]).all() and added[3] == pytest.approx(4 * math.sqrt(3))
+
+
+def test_figures_match_numpy_float64():
+    run = planted_run()
+    t = inspector.timeline(run, labels=STEPS)
+    rel, cos, mx = t.table("rel_change"), t.table("cosine"), t.table("max_abs")
+    for path, get in ((DOUBLING, lambda r: r["dec"]["doubling"]),
+                      ("['enc']['moving']", lambda r: r["enc"]["moving"]),
+                      (INF_LEAF, lambda r: r["dec"]["inf_at_5"])):
+        i = rel.rows.index(path)
+        assert np.isnan(rel.values[i, 0]) and np.isnan(cos.values[i, 0])
+        for s in range(1, len(run)):
+            a, b = np.asarray(get(run[s - 1]), np.float64).ravel(), \
+                np.asarray(get(run[s]), np.float64).ravel()
+            both = np.isfinite(a) & np.isfinite(b)
+            a0, b0 = np.where(both, a, 0), np.where(both, b, 0)
+            assert rel.values[i, s] == pytest.approx(np.linalg.norm(b0 - a0)
+                                                     / np.linalg.norm(a0), rel=1e-5)
+            assert cos.values[i, s] == pytest.approx(
+                a0 @ b0 / np.linalg.norm(a0) / np.linalg.norm(b0), rel=1e-5)
+            assert mx.values[i, s] == np.abs(finite(b)).max()
+
+
+def test_table_aggregates_subtrees():
+    run = planted_run()
+    t = inspector.timeline(run, labels=STEPS)
+    by_depth = t.table("l2", depth=1)
+    assert by_depth.rows == ["['dec']", "['enc']"] or by_depth.rows == ["['enc']", "['dec']"]
+    for row, key in ((by_depth.rows.index("['dec']"), "dec"), (by_depth.rows.index("['enc']"),
+                                                              "enc")):
+        want = [math.sqrt(sum((finite(x) ** 2).sum() for x in r[key].values())) for r in run]
+        np.testing.assert_allclose(by_depth.values[row], want, rtol=1e-6)
+    rel = t.table("rel_change", paths=["['enc']", ""])
+    assert rel.rows == ["['enc']", ""]
+    a = np.concatenate([finite(x) for k, x in sorted(run[1]["enc"].items())])
+    b = np.concatenate([finite(x) for k, x in sorted(run[2]["enc"].items())])
+    # step 3 adds a NaN to nan_from_3: its element is left out of both sides
+    mask = np.isfinite(np.concatenate([np.asarray(x, np.float64).ravel()
+                                       for k, x in sorted(run[2]["enc"].items())]))
+    a, b = a * mask, b * mask
+    assert rel.values[0, 2] == pytest.approx(np.linalg.norm(b - a) / np.linalg.norm(a), rel=1e-5)
+    with pytest.raises(ValueError, match="rel_change"):
+        t.table("speed")
+
+
+def counting(tree, reads: list):
+    """`tree` saved and loaded back with every leaf read recorded by its source."""
+    import jax
+
+    def wrap(leaf):
+        def read(leaf=leaf):
+            reads.append(leaf.source)
+            return leaf.read()
+        return LazyArray(leaf.shape, leaf.dtype, read, source=leaf.source)
+
+    return jax.tree.map(wrap, tree, is_leaf=lambda x: isinstance(x, LazyArray))
+
+
+def test_numbered_safetensors_folder_read_once(tmp_path, monkeypatch):
+    run = planted_run()
+    for step, tree in zip(STEPS, run, strict=True):
+        inspector.save(tree, tmp_path / f"ckpt_{step * 1000}.safetensors")
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    reads: list = []
+    import inspector.health as health
+
+    real = health.load
+    monkeypatch.setattr(health, "load", lambda path: counting(real(path), reads))
+    t = inspector.timeline(tmp_path)
+    assert t.labels == [s * 1000 for s in STEPS]
+    assert len(reads) == len(set(reads)) == sum(len(inspector.describe(r)) - 3 for r in run)
+    assert t.frozen() == [FROZEN]
+    assert t.first_nonfinite() == {NAN_LEAF: 3000, INF_LEAF: 5000}
+    assert [(c.label, c.path) for c in t.structure_changes()] == [(4000, ADDED)]
+
+
+def test_orbax_checkpoint_manager_folder(tmp_path):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    run = planted_run()[:4]
+    with ocp.CheckpointManager(tmp_path / "run") as manager:
+        for step, tree in zip((10, 20, 30, 40), run, strict=True):
+            manager.save(step, args=ocp.args.StandardSave(tree))
+        manager.wait_until_finished()
+    t = inspector.timeline(tmp_path / "run")
+    assert t.labels == [10, 20, 30, 40]
+    assert t.frozen() == [FROZEN]
+    assert t.first_nonfinite() == {NAN_LEAF: 30}
+    same = inspector.timeline(run)
+    np.testing.assert_allclose(t.table("rel_change").values, same.table("rel_change").values,
+                               rtol=1e-6)
+
+
+def test_progress_and_bad_labels():
+    run = planted_run()[:2]
+    told = []
+    inspector.timeline(run, progress=lambda d, n: told.append((d, n)))
+    assert told[-1] == (told[-1][1], told[-1][1])
+    with pytest.raises(ValueError, match="2 checkpoints but 3 labels"):
+        inspector.timeline(run, labels=[1, 2, 3])
