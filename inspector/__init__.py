@@ -65,6 +65,12 @@ _EXPORTS = {
     "clear_cache": "inspector.core.plan",
     "set_cache_limit": "inspector.core.plan",
     "cached_kernels": "inspector.core.plan",
+    # porting between frameworks (align key paths and layouts, convert)
+    "align": "inspector.core.port.align",
+    "Alignment": "inspector.core.port.alignment",
+    "Pair": "inspector.core.port.alignment",
+    "Transform": "inspector.core.port.transforms",
+    "convert": "inspector.porting",
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",

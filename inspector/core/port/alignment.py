@@ -1,0 +1,226 @@
+"""`Alignment`: which source leaf each target leaf comes from, and how its layout changes.
+
+Made by `inspector.align`; fixed by hand with `override` (which returns a new `Alignment`:
+alignments are values, safe to keep, compare and share between threads); saved with
+`to_json` / `Alignment.from_json`, or exported as a standalone NumPy function (`to_code`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from inspector.core.errors import InspectorError, bullet_list
+from inspector.core.port import transforms
+from inspector.core.port.paths import parse_keystr
+from inspector.core.port.tokens import tokens
+from inspector.core.port.transforms import Transform
+
+FORMAT = "pytree-inspector alignment"
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """One target leaf and where it comes from.
+
+    Attributes:
+        target: the target leaf's key path (jax keystr form).
+        source: the source leaf's key path.
+        transform: the layout change (`Transform`: none, transpose, reshape; a cast noted).
+        score: how sure the match is, 0..1 (1: the same name once spelled one way; 0.9: the
+            same name, numbers matched by order; 0.8: numbered siblings matched by order;
+            below: the closest name; 1 for an override).
+        reason: why, in words.
+    """
+
+    target: str
+    source: str
+    transform: Transform
+    score: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ambiguity:
+    """A target leaf with several equally good source candidates: listed, never guessed."""
+
+    target: str
+    candidates: tuple[str, ...]
+    score: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Every target leaf's source and transform, and what could not be paired.
+
+    Attributes:
+        pairs: one `Pair` per paired target leaf, in the target's flattening order.
+        unmatched_source: source key paths no pair uses.
+        unmatched_target: target key paths with no candidate at all.
+        ambiguous: `Ambiguity` records: target paths with tied candidates.
+        targets: `(path, shape, dtype)` of every target leaf, in order (the structure
+            `convert` builds).
+        sources: `(path, shape, dtype)` of every source leaf.
+    """
+
+    pairs: tuple[Pair, ...]
+    unmatched_source: tuple[str, ...]
+    unmatched_target: tuple[str, ...]
+    ambiguous: tuple[Ambiguity, ...]
+    targets: tuple[tuple, ...] = field(repr=False)
+    sources: tuple[tuple, ...] = field(repr=False)
+    treedef: object = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return (f"Alignment({len(self.pairs)} pairs, {len(self.unmatched_target)} unmatched "
+                f"targets, {len(self.ambiguous)} ambiguous, {len(self.unmatched_source)} "
+                "unmatched sources)")
+
+    @property
+    def complete(self) -> bool:
+        """Whether every target leaf has its source (nothing unmatched or ambiguous)."""
+        return not self.unmatched_target and not self.ambiguous
+
+    def pair(self, target_path: str) -> Pair | None:
+        """The pair of a target key path, or None."""
+        return self._by_target().get(target_path)
+
+    def _by_target(self) -> dict:
+        cached = self.__dict__.get("_pairs_by_target")
+        if cached is None:
+            cached = {p.target: p for p in self.pairs}
+            object.__setattr__(self, "_pairs_by_target", cached)
+        return cached
+
+    def override(self, target_path: str, source_path: str,
+                 transform: Transform | None = None) -> Alignment:
+        """Returns a new `Alignment` where `target_path` comes from `source_path`.
+
+        With `transform=None` the transform is chosen as `align` would: the one the other
+        pairs of that kind use if it fits, else the layout the shapes fit. A source may feed
+        several targets (tied embeddings).
+
+        Raises:
+            InspectorError: a path is not in its tree, or the transform does not turn the
+                source's shape into the target's (both shapes named).
+        """
+        targets = {p: (s, d) for p, s, d in self.targets}
+        sources = {p: (s, d) for p, s, d in self.sources}
+        if target_path not in targets:
+            raise InspectorError(f"Cannot override {target_path}: it is no leaf of the target "
+                                 f"({len(targets)} leaves). Use a path from `.targets`.")
+        if source_path not in sources:
+            raise InspectorError(f"Cannot pair {target_path} with {source_path}: it is no leaf "
+                                 f"of the source ({len(sources)} leaves). Use a path from "
+                                 "`.sources` or `.unmatched_source`.")
+        (tshape, tdtype), (sshape, sdtype) = targets[target_path], sources[source_path]
+        if transform is None:
+            transform = self._fitting(target_path, source_path, tshape, tdtype, sshape, sdtype)
+        elif transform.out_shape(sshape) != tuple(tshape):
+            raise InspectorError(
+                f"Cannot pair {target_path} with {source_path}: {transform} turns "
+                f"{sshape} into {transform.out_shape(sshape)}, the target is {tuple(tshape)}.")
+        new = Pair(target_path, source_path, transform, 1.0, "set by hand")
+        old = self.pair(target_path)
+        order = {p: i for i, (p, _, _) in enumerate(self.targets)}
+        pairs = sorted([p for p in self.pairs if p.target != target_path] + [new],
+                       key=lambda p: order[p.target])
+        used = {p.source for p in pairs}
+        unmatched = set(self.unmatched_source) - {source_path}
+        if old is not None and old.source not in used:
+            unmatched.add(old.source)
+        src_order = {p: i for i, (p, _, _) in enumerate(self.sources)}
+        return replace(
+            self, pairs=tuple(pairs),
+            unmatched_source=tuple(sorted(unmatched, key=src_order.__getitem__)),
+            unmatched_target=tuple(t for t in self.unmatched_target if t != target_path),
+            ambiguous=tuple(a for a in self.ambiguous if a.target != target_path))
+
+    def _fitting(self, target_path, source_path, tshape, tdtype, sshape, sdtype) -> Transform:
+        tgt_leaf = tokens(parse_keystr(target_path)).leaf
+        src_leaf = tokens(parse_keystr(source_path)).leaf
+        kind = (src_leaf, tgt_leaf, len(sshape), len(tshape))
+        same_kind = [p.transform.perm for p in self.pairs if p.transform.perm is not None
+                     and len(p.transform.perm) == len(sshape)
+                     and tokens(parse_keystr(p.source)).leaf == src_leaf
+                     and tokens(parse_keystr(p.target)).leaf == tgt_leaf]
+        perm = same_kind[0] if same_kind else transforms.choose(kind, [(sshape, tshape)])[0]
+        found = transforms.for_pair(tuple(sshape), tuple(tshape), sdtype, tdtype, perm)
+        if found is None:
+            raise InspectorError(
+                f"Cannot pair {target_path} with {source_path}: no transpose or reshape turns "
+                f"{tuple(sshape)} into {tuple(tshape)}. Give a source leaf of a fitting shape.")
+        return found
+
+    def to_json(self) -> str:
+        """The alignment as JSON text (`Alignment.from_json` reads it back, equal)."""
+        return json.dumps({
+            "format": FORMAT, "version": VERSION,
+            "pairs": [{"target": p.target, "source": p.source,
+                       "transform": p.transform.to_dict(), "score": p.score,
+                       "reason": p.reason} for p in self.pairs],
+            "unmatched_source": list(self.unmatched_source),
+            "unmatched_target": list(self.unmatched_target),
+            "ambiguous": [{"target": a.target, "candidates": list(a.candidates),
+                           "score": a.score, "reason": a.reason} for a in self.ambiguous],
+            "targets": [[p, list(s), d] for p, s, d in self.targets],
+            "sources": [[p, list(s), d] for p, s, d in self.sources],
+        })  # no indent: JSON's C encoder then writes 100,000 pairs in well under a second
+
+    @staticmethod
+    def from_json(text: str) -> Alignment:
+        """The `Alignment` that `to_json` wrote.
+
+        Raises:
+            InspectorError: the text is not an alignment written by `to_json`.
+        """
+        try:
+            d = json.loads(text)
+            if d.get("format") != FORMAT:
+                raise KeyError("format")
+            if d.get("version") != VERSION:
+                raise InspectorError(f"This alignment is version {d.get('version')}; this "
+                                     f"inspector reads version {VERSION}.")
+            return Alignment(
+                pairs=tuple(Pair(p["target"], p["source"],
+                                 Transform.from_dict(p["transform"]), float(p["score"]),
+                                 p["reason"]) for p in d["pairs"]),
+                unmatched_source=tuple(d["unmatched_source"]),
+                unmatched_target=tuple(d["unmatched_target"]),
+                ambiguous=tuple(Ambiguity(a["target"], tuple(a["candidates"]),
+                                          float(a["score"]), a["reason"])
+                                for a in d["ambiguous"]),
+                targets=tuple((p, tuple(s), dt) for p, s, dt in d["targets"]),
+                sources=tuple((p, tuple(s), dt) for p, s, dt in d["sources"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            if isinstance(e, InspectorError):
+                raise
+            raise InspectorError(
+                f"Not an alignment written by Alignment.to_json ({type(e).__name__}: {e}). "
+                "Save one with `alignment.to_json()`.") from None
+
+    def to_code(self, name: str = "convert") -> str:
+        """Standalone Python source (NumPy only) of `name(source) -> target tree`: the mapping
+        as code to keep in a repository (see `inspector.core.port.code`)."""
+        from inspector.core.port.code import to_code
+
+        return to_code(self, name)
+
+    def problems(self) -> list[str]:
+        """One line per target leaf `convert` cannot fill: unmatched, then ambiguous."""
+        lines = [f"{t}: no source leaf matches it" for t in self.unmatched_target]
+        lines += [f"{a.target}: ambiguous between {', '.join(a.candidates)}"
+                  for a in self.ambiguous]
+        return lines
+
+    def refusal(self, action: str) -> str:
+        """The message of a refusal to convert while targets are unmatched or ambiguous."""
+        lines = self.problems()
+        return (f"{action}: {len(lines)} target {'leaf has' if len(lines) == 1 else 'leaves have'}"
+                f" no single source ({len(self.unmatched_target)} unmatched, "
+                f"{len(self.ambiguous)} ambiguous).\n" + bullet_list(lines, limit=10**9)
+                + "\nPair them with `alignment.override(target, source)`, or pass "
+                "`allow_missing=True` to leave them out (or keep the target's own values with "
+                "`target=`).")
