@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from inspector.core import nodes
+from inspector.core.packed import PackedTree
 from inspector.core.port import transforms
 from inspector.core.port.alignment import Alignment, Ambiguity, Pair
 from inspector.core.port.paths import leaves
@@ -333,7 +334,7 @@ def align(source, target) -> Alignment:
     pairs = _with_transforms(s, t, m.match)
     unmatched_t = tuple(t.paths[i] for i in range(len(t.paths))
                         if i not in m.match and i not in m.ambiguous)
-    _, treedef = nodes.flatten(target)
+    treedef = target.treedef if isinstance(target, PackedTree) else nodes.flatten(target)[1]
     return Alignment(
         pairs=pairs,
         unmatched_source=tuple(s.paths[i] for i in m.free_sources()),

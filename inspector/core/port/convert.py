@@ -21,6 +21,7 @@ from inspector.core.errors import InspectorError, StructureMismatchError, bullet
 from inspector.core.leaves import dtype_name
 from inspector.core.op import Op, register
 from inspector.core.out_buffers import output_buffer, worth_donating
+from inspector.core.packed import PackedTree
 from inspector.core.plan import Call, Plan
 from inspector.core.port.alignment import Alignment
 from inspector.core.port.paths import build, leaves, parse_keystr
@@ -150,7 +151,7 @@ def _treedef(target, alignment: Alignment):
                 "Cannot convert: `target` is not the tree the alignment was made for (its "
                 f"{len(paths)} leaf paths differ from the alignment's "
                 f"{len(alignment.targets)}). Align with this target.")
-        return nodes.flatten(target)[1]
+        return target.treedef if isinstance(target, PackedTree) else nodes.flatten(target)[1]
     return alignment.treedef
 
 
