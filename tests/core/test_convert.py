@@ -131,3 +131,12 @@ def test_source_that_changed_since_the_alignment_is_refused():
     assert "2 source leaves do not fit the alignment" in text
     assert "['classifier.3.bias']: missing from the source (feeds ['params']['Dense_1']" in text
     assert "['classifier.1.weight']: shape (4, 4), the alignment was made for (16, 16)" in text
+
+
+def test_packed_trees_align_and_convert_to_the_targets_structure():
+    torch, flax = cnn_pair()
+    source, target = inspector.pack(torch), inspector.pack(flax)
+    alignment = inspector.align(source, target)
+    assert alignment.complete
+    _assert_same_tree(inspector.convert(source, alignment), flax)
+    _assert_same_tree(inspector.convert(source, alignment, target=target), flax)

@@ -156,10 +156,14 @@ class Alignment:
 
     def to_json(self) -> str:
         """The alignment as JSON text (`Alignment.from_json` reads it back, equal)."""
+        as_dict: dict = {}  # a few distinct transforms, written once each
+        for p in self.pairs:
+            if p.transform not in as_dict:
+                as_dict[p.transform] = p.transform.to_dict()
         return json.dumps({
             "format": FORMAT, "version": VERSION,
             "pairs": [{"target": p.target, "source": p.source,
-                       "transform": p.transform.to_dict(), "score": p.score,
+                       "transform": as_dict[p.transform], "score": p.score,
                        "reason": p.reason} for p in self.pairs],
             "unmatched_source": list(self.unmatched_source),
             "unmatched_target": list(self.unmatched_target),

@@ -60,26 +60,30 @@ class _NotPlain(Exception):
     """A node the fast walk does not know (JAX's registry decides its children)."""
 
 
+_PLAIN_LEAVES = (np.ndarray, LazyArray, jax.ShapeDtypeStruct)
+
+
 def _walk(node, path: str, keys: tuple, out, depth: int) -> None:
     t = type(node)
-    if t is dict:
+    if t is dict or t is list or t is tuple:
         if depth >= nodes.MAX_DEPTH:
             raise _NotPlain
-        for k in nodes.sorted_keys(node):
-            _walk(node[k], f"{path}[{k!r}]", (*keys, k), out, depth + 1)
-    elif t is list or t is tuple:
-        if depth >= nodes.MAX_DEPTH:
-            raise _NotPlain
-        for i, child in enumerate(node):
-            _walk(child, f"{path}[{i}]", (*keys, i), out, depth + 1)
+        paths, all_keys, specs, values = out
+        items = ((k, node[k]) for k in nodes.sorted_keys(node)) if t is dict else \
+            enumerate(node)
+        for k, child in items:
+            text = f"{path}[{k!r}]" if t is dict else f"{path}[{k}]"
+            if type(child) in _PLAIN_LEAVES:  # most leaves: no call of their own
+                paths.append(text)
+                all_keys.append((*keys, k))
+                specs.append((child.shape, dtype_name(child.dtype)))
+                values.append(child)
+            else:
+                _walk(child, text, (*keys, k), out, depth + 1)
     elif node is None:
         return
-    elif t is np.ndarray or t is LazyArray or t is jax.ShapeDtypeStruct:
-        out[0].append(path)
-        out[1].append(keys)
-        out[2].append((node.shape, dtype_name(node.dtype)))
-        out[3].append(node)
-    elif isinstance(node, jax.Array | np.generic) or t in (bool, int, float, complex):
+    elif t in _PLAIN_LEAVES or isinstance(node, jax.Array | np.generic) or \
+            t in (bool, int, float, complex):
         shape, dtype, _, _ = leaf_info(node)
         out[0].append(path)
         out[1].append(keys)
