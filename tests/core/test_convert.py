@@ -140,3 +140,10 @@ def test_packed_trees_align_and_convert_to_the_targets_structure():
     assert alignment.complete
     _assert_same_tree(inspector.convert(source, alignment), flax)
     _assert_same_tree(inspector.convert(source, alignment, target=target), flax)
+
+
+def test_runs_on_the_chosen_device():
+    torch, flax = cnn_pair()
+    device = inspector.devices()[-1]
+    out = inspector.convert(torch, inspector.align(torch, flax), device=device)
+    assert {x.devices().pop() for x in jax.tree.leaves(out)} == {device}

@@ -33,7 +33,7 @@ _FUZZY_CAP = 40_000  # candidate pairs per bucket in pass 3 before it narrows by
 class _Side:
     """One tree's array leaves: paths, shapes, dtypes and their parsed key paths."""
 
-    def __init__(self, tree):
+    def __init__(self, tree, word_ids: dict):
         paths, keys, specs, _ = leaves(tree)
         keep = [i for i, s in enumerate(specs) if s is not None]
         if len(keep) < len(paths):
@@ -44,6 +44,19 @@ class _Side:
         parsed = [split(k) for k in keys]
         self.parsed = [p for p, _ in parsed]       # (words, leaf, template, n_module), shared
         self.numbers = [n for _, n in parsed]      # digit strings
+        # Small ints for what repeats (hashing ints, not tuples, 100,000 times): the parse,
+        # the words (ids shared by both sides: `word_ids`), the (shape, dtype)
+        by_id: dict[int, int] = {}
+        self.unique: list[tuple] = []
+        for p in self.parsed:
+            if id(p) not in by_id:
+                by_id[id(p)] = len(self.unique)
+                self.unique.append(p)
+        self.pid = [by_id[id(p)] for p in self.parsed]
+        words = [word_ids.setdefault(p[0], len(word_ids)) for p in self.unique]
+        self.wid = [words[i] for i in self.pid]
+        spec_ids: dict = {}
+        self.sid = [spec_ids.setdefault(spec, len(spec_ids)) for spec in specs]
         fit_cache: dict = {}
         self.fit_keys = [fit_cache.get(s) or fit_cache.setdefault(s, _fit_key(s))
                          for s in self.shapes]
@@ -104,27 +117,27 @@ class _Matcher:
     def by_name(self) -> None:
         s_words, t_words = defaultdict(list), defaultdict(list)
         exact: dict[tuple, list] = defaultdict(list)
-        for i, (parsed, numbers) in enumerate(zip(self.s.parsed, self.s.numbers, strict=True)):
-            s_words[parsed[0]].append(i)
-            exact[parsed[0], numbers].append(i)
-        for i, parsed in enumerate(self.t.parsed):
-            t_words[parsed[0]].append(i)
-        for words, t_idx in t_words.items():
-            s_idx = s_words.get(words)
+        for i, (w, numbers) in enumerate(zip(self.s.wid, self.s.numbers, strict=True)):
+            s_words[w].append(i)
+            exact[w, numbers].append(i)
+        for i, w in enumerate(self.t.wid):
+            t_words[w].append(i)
+        for w, t_idx in t_words.items():
+            s_idx = s_words.get(w)
             if not s_idx:
                 continue
             # The common case first: both trees number this name alike, one leaf each
-            if len(t_idx) == len(s_idx) and self._exact(words, t_idx, exact):
+            if len(t_idx) == len(s_idx) and self._exact(w, t_idx, exact):
                 continue
             self._bucket(t_idx, s_idx)
 
-    def _exact(self, words: tuple, t_idx: list[int], exact: dict) -> bool:
+    def _exact(self, w: int, t_idx: list[int], exact: dict) -> bool:
         """Pairs every target of a name with the one source of that name and its numbers, if
         each has exactly one that fits; else pairs none and returns False."""
         t_numbers, s_fit, t_fit = self.t.numbers, self.s.fit_keys, self.t.fit_keys
         got = []
         for ti in t_idx:
-            f = exact.get((words, t_numbers[ti]))
+            f = exact.get((w, t_numbers[ti]))
             if f is None or len(f) != 1 or not _fits(t_fit[ti], s_fit[f[0]]):
                 return False
             got.append(f[0])
@@ -326,7 +339,8 @@ def align(source, target) -> Alignment:
     ['Dense_0']['bias'] <- ['fc.bias'] none
     ['Dense_0']['kernel'] <- ['fc.weight'] transpose (1, 0)
     """
-    s, t = _Side(source), _Side(target)
+    word_ids: dict = {}
+    s, t = _Side(source, word_ids), _Side(target, word_ids)
     m = _Matcher(s, t)
     m.by_name()
     m.by_module_order()
@@ -344,24 +358,33 @@ def align(source, target) -> Alignment:
 
 
 def _with_transforms(s: _Side, t: _Side, match: dict) -> tuple[Pair, ...]:
-    kinds: dict[tuple, list] = defaultdict(list)
-    kind_of = {}
-    for ti, (si, _, _) in match.items():
-        kind = kind_of[ti] = (s.leaf(si), t.leaf(ti), len(s.shapes[si]), len(t.shapes[ti]))
-        kinds[kind].append((s.shapes[si], t.shapes[ti]))
+    """The pairs with their transforms, one transform per kind of module (`choose`). Pairs
+    are grouped by what decides their transform and reason (parses, shapes, dtypes, why), so
+    the work per pair is a dictionary lookup and the `Pair` itself."""
+    groups: dict[tuple, list] = defaultdict(list)
+    s_sid, t_sid, s_pid, t_pid = s.sid, t.sid, s.pid, t.pid
+    for ti, (si, score, why) in match.items():
+        groups[s_sid[si], t_sid[ti], s_pid[si], t_pid[ti], score, why].append((ti, si))
+    kinds: dict[tuple, dict] = defaultdict(dict)
+    info = {}
+    for key, members in groups.items():
+        ti, si = members[0]
+        sshape, tshape = s.shapes[si], t.shapes[ti]
+        kind = (s.leaf(si), t.leaf(ti), len(sshape), len(tshape))
+        shapes = kinds[kind]
+        shapes[sshape, tshape] = shapes.get((sshape, tshape), 0) + len(members)
+        info[key] = (kind, sshape, tshape, s.dtypes[si], t.dtypes[ti])
     chosen = {kind: transforms.choose(kind, shapes) for kind, shapes in kinds.items()}
-    made: dict[tuple, tuple] = {}  # (shapes, dtypes, kind, why) -> (transform, reason)
-    out = []
-    for ti in sorted(match):
-        si, score, why = match[ti]
-        key = (s.shapes[si], t.shapes[ti], s.dtypes[si], t.dtypes[ti], kind_of[ti], why)
-        got = made.get(key)
-        if got is None:
-            perm, perm_why = chosen[kind_of[ti]]
-            tr = transforms.for_pair(*key[:4], perm)
-            if tr.kind == transforms.TRANSPOSE and tr.perm != perm:
-                perm_why = "the only layout this pair fits (its kind uses another)"
-            reason = why if tr.kind == transforms.NONE else f"{why}; {tr}: {perm_why}"
-            got = made[key] = (tr, reason)
-        out.append(Pair(t.paths[ti], s.paths[si], got[0], score, got[1]))
-    return tuple(out)
+    out: list = [None] * len(t.paths)
+    paths_t, paths_s = t.paths, s.paths
+    for key, members in groups.items():
+        kind, sshape, tshape, sdtype, tdtype = info[key]
+        score, why = key[4], key[5]
+        perm, perm_why = chosen[kind]
+        tr = transforms.for_pair(sshape, tshape, sdtype, tdtype, perm)
+        if tr.kind == transforms.TRANSPOSE and tr.perm != perm:
+            perm_why = "the only layout this pair fits (its kind uses another)"
+        reason = why if tr.kind == transforms.NONE else f"{why}; {tr}: {perm_why}"
+        for ti, si in members:
+            out[ti] = Pair(paths_t[ti], paths_s[si], tr, score, reason)
+    return tuple(p for p in out if p is not None)

@@ -127,12 +127,13 @@ def convention(src_leaf: str, tgt_leaf: str, rank: int) -> tuple[int, ...] | Non
     return None
 
 
-def choose(kind: tuple, shapes: list[tuple[tuple, tuple]]) -> tuple[tuple | None, str]:
+def choose(kind: tuple, shapes) -> tuple[tuple | None, str]:
     """The permutation one kind of module uses, and why.
 
     Args:
         kind: `(source leaf name, target leaf name, source rank, target rank)`.
-        shapes: the `(source shape, target shape)` of every pair of that kind.
+        shapes: the `(source shape, target shape)` of every pair of that kind, as a list or
+            as a dict of counts.
 
     Returns:
         `(perm, reason)`; perm None where the ranks differ (reshapes only).
@@ -140,7 +141,8 @@ def choose(kind: tuple, shapes: list[tuple[tuple, tuple]]) -> tuple[tuple | None
     src_leaf, tgt_leaf, src_rank, tgt_rank = kind
     if src_rank != tgt_rank:
         return None, "reshape (ranks differ)"
-    per = Counter(shapes)  # a few distinct shape pairs, however many pairs
+    per = shapes if isinstance(shapes, dict) else Counter(shapes)  # few distinct pairs
+    total = sum(per.values())
     counts: Counter = Counter()
     for pair, n in per.items():
         for p in feasible(*pair):
@@ -155,7 +157,7 @@ def choose(kind: tuple, shapes: list[tuple[tuple, tuple]]) -> tuple[tuple | None
     what = f"'{src_leaf}' -> '{tgt_leaf}' rank {src_rank}"
     if len(tied) == 1:
         forced = sum(n for pair, n in per.items() if feasible(*pair) == (perm,))
-        why = (f"the layout every {what} pair fits ({forced} of {len(shapes)} fit no other)"
+        why = (f"the layout every {what} pair fits ({forced} of {total} fit no other)"
                if forced else f"the layout every {what} pair fits")
     else:
         source = "the torch/Flax convention" if perm == prior else "the identity"
