@@ -10,6 +10,7 @@ included), and the mapping as JSON or as a NumPy function to download. The state
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import panel as pn
@@ -88,8 +89,8 @@ class AlignView(pn.viewable.Viewer):
             css_classes=["align-view"])
 
     def _download(self, filename: str, label: str, make) -> TreeDownload:
-        def callback():
-            data = make()
+        async def callback():  # off the event loop: 100,000 pairs take a second or more
+            data = await asyncio.to_thread(make)
             return io.BytesIO(data) if data else None
 
         download = TreeDownload(callback=callback, filename=filename, label=label,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
@@ -58,9 +59,9 @@ def test_align_lists_problems_first_and_an_override_fixes_them(state):
     assert a.complete and a.pair("['params']['head']['kernel']").transform.perm == (1, 0)
     assert "align-paired" in view.table.value["status"].iloc[0]
     assert not view.convert_button.disabled
-    mapping = json.loads(view.json_download.callback().getvalue())
+    mapping = json.loads(asyncio.run(view.json_download.callback()).getvalue())
     assert [p["reason"] for p in mapping["pairs"]].count("set by hand") == 1
-    assert b"def convert(source):" in view.code_download.callback().getvalue()
+    assert b"def convert(source):" in asyncio.run(view.code_download.callback()).getvalue()
 
 
 def test_convert_adds_the_port_and_the_value_comparison_shows_no_difference(state):

@@ -127,7 +127,12 @@ def parse_keystr(text: str) -> tuple:
         if m.start() != at:
             break
         quoted, attr = m.groups()
-        keys.append(attr if attr is not None else ast.literal_eval(quoted))
+        if attr is not None:
+            keys.append(attr)
+        elif quoted[0] in "'\"":  # repr of a str: literal_eval only when it has escapes
+            keys.append(quoted[1:-1] if "\\" not in quoted else ast.literal_eval(quoted))
+        else:
+            keys.append(int(quoted))
         at = m.end()
     if at != len(text):
         raise InspectorError(
