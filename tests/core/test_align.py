@@ -214,3 +214,17 @@ def test_to_code_runs_in_a_fresh_interpreter_and_gives_the_target(tmp_path, layo
     assert set(got) == set(want)
     for key, value in want.items():
         assert got[key].dtype == value.dtype and np.array_equal(got[key], value), key
+
+
+def test_renumbered_siblings_whose_order_does_not_fit_are_matched_per_shape():
+    # torch numbers the blocks 0, 2, 4; Flax 0, 1, 2 and in another order of shapes: pairing
+    # by order alone would put (8, 8) onto (5, 3), so order is taken within each shape.
+    rng = np.random.default_rng(6)
+    w = {i: rng.standard_normal(s).astype(np.float32)
+         for i, s in ((0, (4, 8)), (2, (8, 8)), (4, (3, 5)))}
+    source = {f"blocks.{i}.weight": x for i, x in w.items()}
+    target = {"blocks_0": {"kernel": w[0].T.copy()}, "blocks_1": {"kernel": w[4].T.copy()},
+              "blocks_2": {"kernel": w[2].T.copy()}}
+    alignment = inspector.align(source, target)
+    _assert_every_pair_right(alignment, source, target)
+    assert all("among leaves of fitting shape" in p.reason for p in alignment.pairs)

@@ -172,27 +172,27 @@ class _Matcher:
         rest_s = [i for i in s_idx if i not in self.used]
         self._by_order(rest_t, rest_s, 0.9, "same name, numbers matched by order")
 
-    def _by_order(self, t_idx, s_idx, score, why) -> bool:
+    def _by_order(self, t_idx, s_idx, score, why) -> None:
         """Pairs two lists of leaves in numeric path order if they are equally many and every
-        pair fits; else within groups of fitting shape. Returns whether all were paired."""
+        pair fits; else, the same within each group of fitting shapes."""
         if not t_idx or len(t_idx) != len(s_idx):
-            return False
+            return
         t_sorted = sorted(t_idx, key=lambda i: natural_order(self.t.tokens(i)))
         s_sorted = sorted(s_idx, key=lambda i: natural_order(self.s.tokens(i)))
         if all(self.fits(ti, si) for ti, si in zip(t_sorted, s_sorted, strict=True)):
             n = len(t_sorted)
             for k, (ti, si) in enumerate(zip(t_sorted, s_sorted, strict=True)):
                 self.pair(ti, si, score, f"{why} ({_ordinal(k + 1)} of {n})")
-            return True
+            return
         t_groups, s_groups = defaultdict(list), defaultdict(list)
         for i in t_sorted:
-            t_groups[self.t.fit_keys[i]].append(i)
+            t_groups[self.t.fit_keys[i][0]].append(i)
         for i in s_sorted:
-            s_groups[self.s.fit_keys[i]].append(i)
-        if set(t_groups) == set(t_groups) & set(s_groups) and len(t_groups) > 1:
+            s_groups[self.s.fit_keys[i][0]].append(i)
+        if len(t_groups) > 1:
             for key, group in t_groups.items():
-                self._by_order(group, s_groups[key], score, f"{why}, among same-shape leaves")
-        return False
+                self._by_order(group, s_groups.get(key, []), score,
+                               f"{why}, among leaves of fitting shape")
 
     # pass 2 --------------------------------------------------------------------------------
 
