@@ -228,3 +228,21 @@ def test_renumbered_siblings_whose_order_does_not_fit_are_matched_per_shape():
     alignment = inspector.align(source, target)
     _assert_every_pair_right(alignment, source, target)
     assert all("among leaves of fitting shape" in p.reason for p in alignment.pairs)
+
+
+def test_code_from_a_flat_alignment_takes_the_nested_tree_too():
+    torch, flax = bert_pair(layers=1)
+    namespace: dict = {}
+    exec(inspector.align(torch, flax).to_code(), namespace)  # noqa: S102 - our own output
+    nested: dict = {}
+    for key, value in torch.items():  # {'encoder': {'layer': {'0': ...}}}, as loaders nest
+        node = nested
+        *parents, last = key.split(".")
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[last] = value
+    out = namespace["convert"](nested)
+    want = _by_path(flax)
+    got = _by_path(out)
+    assert set(got) == set(want)
+    assert all(np.array_equal(got[p], want[p]) for p in want)
