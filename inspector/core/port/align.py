@@ -23,7 +23,7 @@ from collections import defaultdict
 from inspector.core import nodes
 from inspector.core.packed import PackedTree
 from inspector.core.port import transforms
-from inspector.core.port.alignment import Alignment, Ambiguity, Pair
+from inspector.core.port.alignment import Alignment, Ambiguity, Pair, with_kind_perms
 from inspector.core.port.paths import leaves
 from inspector.core.port.tokens import BOOKKEEPING, Tokens, natural_order, of, split
 
@@ -345,19 +345,19 @@ def align(source, target) -> Alignment:
     m.by_name()
     m.by_module_order()
     m.by_closest_name()
-    pairs = _with_transforms(s, t, m.match)
+    pairs, perms = _with_transforms(s, t, m.match)
     unmatched_t = tuple(t.paths[i] for i in range(len(t.paths))
                         if i not in m.match and i not in m.ambiguous)
     treedef = target.treedef if isinstance(target, PackedTree) else nodes.flatten(target)[1]
-    return Alignment(
+    return with_kind_perms(Alignment(
         pairs=pairs,
         unmatched_source=tuple(s.paths[i] for i in m.free_sources()),
         unmatched_target=unmatched_t,
         ambiguous=tuple(m.ambiguous[i] for i in sorted(m.ambiguous)),
-        targets=t.specs(), sources=s.specs(), treedef=treedef)
+        targets=t.specs(), sources=s.specs(), treedef=treedef), perms)
 
 
-def _with_transforms(s: _Side, t: _Side, match: dict) -> tuple[Pair, ...]:
+def _with_transforms(s: _Side, t: _Side, match: dict) -> tuple[tuple[Pair, ...], dict]:
     """The pairs with their transforms, one transform per kind of module (`choose`). Pairs
     are grouped by what decides their transform and reason (parses, shapes, dtypes, why), so
     the work per pair is a dictionary lookup and the `Pair` itself."""
@@ -387,4 +387,5 @@ def _with_transforms(s: _Side, t: _Side, match: dict) -> tuple[Pair, ...]:
         reason = why if tr.kind == transforms.NONE else f"{why}; {tr}: {perm_why}"
         for ti, si in members:
             out[ti] = Pair(paths_t[ti], paths_s[si], tr, score, reason)
-    return tuple(p for p in out if p is not None)
+    perms = {kind: perm for kind, (perm, _) in chosen.items() if perm is not None}
+    return tuple(p for p in out if p is not None), perms

@@ -7,6 +7,8 @@ alignments are values, safe to keep, compare and share between threads); saved w
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 from dataclasses import dataclass, field, replace
 
@@ -106,16 +108,16 @@ class Alignment:
             InspectorError: a path is not in its tree, or the transform does not turn the
                 source's shape into the target's (both shapes named).
         """
-        targets = {p: (s, d) for p, s, d in self.targets}
-        sources = {p: (s, d) for p, s, d in self.sources}
-        if target_path not in targets:
+        index = self._index()
+        if target_path not in index.targets:
             raise InspectorError(f"Cannot override {target_path}: it is no leaf of the target "
-                                 f"({len(targets)} leaves). Use a path from `.targets`.")
-        if source_path not in sources:
+                                 f"({len(index.targets)} leaves). Use a path from `.targets`.")
+        if source_path not in index.sources:
             raise InspectorError(f"Cannot pair {target_path} with {source_path}: it is no leaf "
-                                 f"of the source ({len(sources)} leaves). Use a path from "
+                                 f"of the source ({len(index.sources)} leaves). Use a path from "
                                  "`.sources` or `.unmatched_source`.")
-        (tshape, tdtype), (sshape, sdtype) = targets[target_path], sources[source_path]
+        (tshape, tdtype), (sshape, sdtype) = (index.targets[target_path],
+                                              index.sources[source_path])
         if transform is None:
             transform = self._fitting(target_path, source_path, tshape, tdtype, sshape, sdtype)
         elif transform.out_shape(sshape) != tuple(tshape):
@@ -124,29 +126,38 @@ class Alignment:
                 f"{sshape} into {transform.out_shape(sshape)}, the target is {tuple(tshape)}.")
         new = Pair(target_path, source_path, transform, 1.0, "set by hand")
         old = self.pair(target_path)
-        order = {p: i for i, (p, _, _) in enumerate(self.targets)}
-        pairs = sorted([p for p in self.pairs if p.target != target_path] + [new],
-                       key=lambda p: order[p.target])
-        used = {p.source for p in pairs}
-        unmatched = set(self.unmatched_source) - {source_path}
-        if old is not None and old.source not in used:
-            unmatched.add(old.source)
-        src_order = {p: i for i, (p, _, _) in enumerate(self.sources)}
-        return replace(
-            self, pairs=tuple(pairs),
-            unmatched_source=tuple(sorted(unmatched, key=src_order.__getitem__)),
+        pairs = list(self.pairs)
+        if old is not None:
+            pairs[pairs.index(old)] = new
+        else:  # in the target's order
+            at = index.t_order[target_path]
+            pos = bisect.bisect_left([index.t_order[p.target] for p in pairs], at)
+            pairs.insert(pos, new)
+        unmatched = [p for p in self.unmatched_source if p != source_path]
+        if old is not None and old.source != source_path and \
+                all(p.source != old.source for p in pairs):
+            unmatched.append(old.source)
+            unmatched.sort(key=index.s_order.__getitem__)
+        out = replace(
+            self, pairs=tuple(pairs), unmatched_source=tuple(unmatched),
             unmatched_target=tuple(t for t in self.unmatched_target if t != target_path),
             ambiguous=tuple(a for a in self.ambiguous if a.target != target_path))
+        object.__setattr__(out, "_shared_index", index)  # same leaves: the index still holds
+        return out
+
+    def _index(self) -> _Index:
+        index = self.__dict__.get("_shared_index")
+        if index is None:
+            index = _Index(self)
+            object.__setattr__(self, "_shared_index", index)
+        return index
 
     def _fitting(self, target_path, source_path, tshape, tdtype, sshape, sdtype) -> Transform:
-        tgt_leaf = tokens(parse_keystr(target_path)).leaf
-        src_leaf = tokens(parse_keystr(source_path)).leaf
-        kind = (src_leaf, tgt_leaf, len(sshape), len(tshape))
-        same_kind = [p.transform.perm for p in self.pairs if p.transform.perm is not None
-                     and len(p.transform.perm) == len(sshape)
-                     and tokens(parse_keystr(p.source)).leaf == src_leaf
-                     and tokens(parse_keystr(p.target)).leaf == tgt_leaf]
-        perm = same_kind[0] if same_kind else transforms.choose(kind, [(sshape, tshape)])[0]
+        index = self._index()
+        kind = (leaf_name(source_path), leaf_name(target_path), len(sshape), len(tshape))
+        perm = index.kind_perms(self.pairs).get(kind)
+        if perm is None:
+            perm = transforms.choose(kind, [(tuple(sshape), tuple(tshape))])[0]
         found = transforms.for_pair(tuple(sshape), tuple(tshape), sdtype, tdtype, perm)
         if found is None:
             raise InspectorError(
@@ -228,3 +239,59 @@ class Alignment:
                 + "\nPair them with `alignment.override(target, source)`, or pass "
                 "`allow_missing=True` to leave them out (or keep the target's own values with "
                 "`target=`).")
+
+
+def leaf_name(path: str) -> str:
+    """A leaf's own name as `align` reads it: its last key, after any `.` or `/`, lower-cased
+    (`['encoder.layer.0.query.weight']` -> `weight`)."""
+    try:  # the last fragment alone (fast), unless a key holds a '[' of its own
+        keys = parse_keystr(path[path.rfind("["):] if path.endswith("]") else path)
+    except InspectorError:
+        keys = parse_keystr(path)
+    last = keys[-1] if keys else ""
+    return tokens((last,)).leaf if isinstance(last, str) else ""
+
+
+class _Index:
+    """Lookups over an alignment's leaves, shared by the alignments `override` derives (their
+    leaves are the same), each built on first use: paths to shapes and order, and each kind's
+    permutation (given by `align`, else read from the pairs)."""
+
+    def __init__(self, alignment: Alignment, perms: dict | None = None):
+        self._alignment = alignment
+        self._perms = perms
+
+    @functools.cached_property
+    def targets(self) -> dict:
+        return {p: (s, d) for p, s, d in self._alignment.targets}
+
+    @functools.cached_property
+    def sources(self) -> dict:
+        return {p: (s, d) for p, s, d in self._alignment.sources}
+
+    @functools.cached_property
+    def t_order(self) -> dict:
+        return {p: i for i, p in enumerate(self.targets)}
+
+    @functools.cached_property
+    def s_order(self) -> dict:
+        return {p: i for i, p in enumerate(self.sources)}
+
+    def kind_perms(self, pairs) -> dict:
+        """{(source leaf, target leaf, ranks): the permutation that kind uses}."""
+        if self._perms is None:
+            self._perms = {}
+            for p in pairs:
+                perm = p.transform.perm
+                if perm is None:
+                    continue
+                kind = (leaf_name(p.source), leaf_name(p.target), len(perm), len(perm))
+                self._perms.setdefault(kind, perm)
+        return self._perms
+
+
+def with_kind_perms(alignment: Alignment, perms: dict) -> Alignment:
+    """`alignment`, told which permutation each kind of module uses (as `align` chose them),
+    so that `override` need not read them back from 100,000 pairs."""
+    object.__setattr__(alignment, "_shared_index", _Index(alignment, dict(perms)))
+    return alignment
