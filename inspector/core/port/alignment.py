@@ -65,6 +65,16 @@ class Alignment:
         targets: `(path, shape, dtype)` of every target leaf, in order (the structure
             `convert` builds).
         sources: `(path, shape, dtype)` of every source leaf.
+        treedef: the target's structure as `align` saw it (not in the JSON: after
+            `from_json`, `convert` builds nested dicts and lists from the key paths, or takes
+            the structure of the `target=` it is given).
+
+    >>> import numpy as np, inspector
+    >>> a = inspector.align({"w.weight": np.zeros((2, 3))}, {"w": {"kernel": np.zeros((3, 2))}})
+    >>> a, a.complete
+    (Alignment(1 pairs, 0 unmatched targets, 0 ambiguous, 0 unmatched sources), True)
+    >>> Alignment.from_json(a.to_json()) == a
+    True
     """
 
     pairs: tuple[Pair, ...]
