@@ -57,7 +57,11 @@ def test_align_lists_problems_first_and_an_override_fixes_them(state):
     view.pair_button.clicks += 1
     a = align_state(state).alignment
     assert a.complete and a.pair("['params']['head']['kernel']").transform.perm == (1, 0)
-    assert "align-paired" in view.table.value["status"].iloc[0]
+    # The fixed row stays on top, now paired, with its source and transform
+    fixed = view.table.value.iloc[0]
+    assert "align-paired" in fixed["status"] and fixed["target"] == "['params']['head']['kernel']"
+    assert (fixed["source"], fixed["transform"], fixed["reason"]) == (
+        "['encoder']['head']['weight']", "transpose (1, 0)", "set by hand")
     assert not view.convert_button.disabled
     mapping = json.loads(asyncio.run(view.json_download.callback()).getvalue())
     assert [p["reason"] for p in mapping["pairs"]].count("set by hand") == 1

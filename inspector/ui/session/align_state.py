@@ -45,7 +45,7 @@ class AlignState(param.Parameterized):
     def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self._frame = (None, None)  # (alignment it was made from, DataFrame)
+        self._frame = (None, None, {})  # (alignment, its rows, {target path: row})
 
     # Aligning ---------------------------------------------------------------------------------
 
@@ -79,13 +79,27 @@ class AlignState(param.Parameterized):
         if self.alignment is None:
             self.error = "Align the trees first."
             return False
+        old = self.alignment
         try:
-            alignment = self.alignment.override(target_path, source_path)
+            alignment = old.override(target_path, source_path)
         except inspector.InspectorError as exc:
             self.error = str(exc)
             return False
+        self._patch_frame(old, alignment, target_path)
         self.param.update(alignment=alignment, error="")
         return True
+
+    def _patch_frame(self, old, new, target_path: str) -> None:
+        """The table's rows after one override: the row of `target_path` rewritten where it
+        stands (a fixed problem stays on top, now paired), not 100,000 rows rebuilt."""
+        if self._frame[0] is not old:
+            return
+        frame, rows = self._frame[1], self._frame[2]
+        pair = new.pair(target_path)
+        frame = frame.copy()
+        frame.loc[rows[target_path], ["status", "source", "transform", "score", "reason"]] = [
+            PAIRED, pair.source, str(pair.transform), pair.score, pair.reason]
+        self._frame = (new, frame, rows)
 
     def candidates(self, target_path: str) -> list[str]:
         """Source paths offered for a row: its tied candidates first, then every source leaf
@@ -139,7 +153,7 @@ class AlignState(param.Parameterized):
         frame = pd.DataFrame({"status": status, "target": target, "source": source,
                               "transform": transform, "score": score, "reason": reason},
                              columns=list(COLUMNS))
-        self._frame = (alignment, frame)
+        self._frame = (alignment, frame, {t: i for i, t in enumerate(target)})
         return frame
 
     def summary(self) -> str:
