@@ -76,6 +76,12 @@ _EXPORTS = {
     "LeafStats": "inspector.core.health.leaf_stats",
     "timeline": "inspector.health",
     "Timeline": "inspector.core.health.timeline",
+    # porting between frameworks (align key paths and layouts, convert)
+    "align": "inspector.core.port.align",
+    "Alignment": "inspector.core.port.alignment",
+    "Pair": "inspector.core.port.alignment",
+    "Transform": "inspector.core.port.transforms",
+    "convert": "inspector.ops",
     # checkpoints
     "load": "inspector.io",
     "save": "inspector.io",

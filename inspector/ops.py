@@ -1,7 +1,9 @@
-"""Every public op in one place: `weighted_sum`, `merge`, `index`, `stack`, `unstack`, `dequantize`.
+"""Every public op in one place: `weighted_sum`, `merge`, `index`, `stack`, `unstack`,
+`dequantize`, `convert`.
 
-`index`, `stack` and `unstack` are the core's own functions. `weighted_sum` and `merge` add
-`out=`: the result streamed into a file, for results larger than memory. The core computes
+`index`, `stack` and `unstack` are the core's own functions. `weighted_sum`, `merge`,
+`dequantize` and `convert` add `out=`: the result streamed into a file, for results larger than
+memory. The core computes
 (`inspector.core.lazy_result`: one output leaf at a time, on read); io writes
 (`inspector.io.streaming.write_streamed`: leaf by leaf, atomically). This module joins the two
 for the public API, the one layer that sees both.
@@ -17,11 +19,13 @@ from inspector.core.index.indexing import index
 from inspector.core.lazy_result import lazy_result
 from inspector.core.op import register
 from inspector.core.packed import PackedTree
+from inspector.core.port import convert as _convert
+from inspector.core.port.alignment import Alignment
 from inspector.core.quant import dequantize as _dq
 from inspector.core.stacking import stack, unstack
 from inspector.io.streaming import write_streamed
 
-__all__ = ["dequantize", "index", "merge", "stack", "unstack", "weighted_sum"]
+__all__ = ["convert", "dequantize", "index", "merge", "stack", "unstack", "weighted_sum"]
 
 
 def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = None,
@@ -116,3 +120,39 @@ def dequantize(tree, dtype="bfloat16", device=None, out: str | os.PathLike | Non
 
 
 register(dequantize, _dq.DEQUANTIZE)
+
+
+def convert(source, alignment: Alignment, allow_missing: bool = False, device=None,
+            out: str | os.PathLike | None = None, target=None, progress=None):
+    """Returns `source` converted to the target's structure, layouts and dtypes; with `out=`,
+    streamed into that file.
+
+    Without `out`, this is `inspector.core.port.convert.convert` (see it for the rules). With
+    `out="ported.safetensors"` (or `.npz`) each target leaf is computed from its source leaf
+    (read once) and written before the next is read: a checkpoint larger than memory ports
+    with one leaf in memory at a time. Every check runs before anything is read or written.
+
+    Returns:
+        The converted tree; with `out`, `inspector.load(out)` (lazy leaves over the file).
+
+    Raises:
+        InspectorError: targets unmatched or ambiguous (every path listed), unless
+            `allow_missing=True`.
+
+    >>> import tempfile, numpy as np, inspector
+    >>> src = {"fc.weight": np.arange(6, dtype=np.float32).reshape(3, 2)}
+    >>> dst = {"fc": {"kernel": np.zeros((2, 3), np.float32)}}
+    >>> path = tempfile.mkdtemp() + "/ported.safetensors"
+    >>> ported = convert(src, inspector.align(src, dst), out=path)
+    >>> np.asarray(ported["fc"]["kernel"]).tolist()
+    [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]]
+    """
+    if out is None:
+        return _convert.convert(source, alignment, allow_missing=allow_missing, device=device,
+                                target=target)
+    plan = _convert.plan_convert(source, alignment, allow_missing=allow_missing,
+                                 target=target, device=device)
+    return write_streamed(lazy_result(plan, progress), out)
+
+
+register(convert, _convert.CONVERT)

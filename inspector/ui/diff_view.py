@@ -15,6 +15,7 @@ import panel_material_ui as pmui
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
+from inspector.ui.align_view import AlignView
 from inspector.ui.layout import columns
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.next_tick import next_tick
@@ -282,6 +283,7 @@ class DiffView(pn.viewable.Viewer):
         self.tree = DiffTreeView(state)
         self.leaf = DiffLeafView(state)
         self.values = DiffValuesView(state)
+        self.port = AlignView(state)  # a onto b: porting between frameworks
         self.hint = pmui.Typography(_HINT, variant="body2", margin=(10, 10))
         state.param.watch(self._update_choices, ["trees", "diff_a", "diff_b"])
         state.param.watch(self._update_visible, ["diff_result"])
@@ -302,7 +304,7 @@ class DiffView(pn.viewable.Viewer):
         # tab; the split's children are built here once and never change (see app.main).
         tree = pmui.Column(self.tree, sizing_mode="stretch_width", margin=0)
         split = columns(tree, details, sizes=(70, 30), min_widths=(300, 280))
-        return pmui.Column(pickers, self.hint, self.summary, split, self.values,
+        return pmui.Column(pickers, self.hint, self.summary, split, self.values, self.port,
                            sizing_mode="stretch_width")
 
     def _update_choices(self, *_):
