@@ -54,20 +54,6 @@ class QuantGroup:
     parent: tuple = field(default=(), repr=False, compare=False)
     names: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def __getattr__(self, name: str):
-        # `path` and `members` of a found group are built on first use (`_emit` leaves their
-        # parts in `_at`): 50,000 groups' key-path strings are most of a search's cost, and a
-        # caller often reads few of them.
-        at = self.__dict__.get("_at")
-        if at is None or name not in ("path", "members"):
-            raise AttributeError(f"'QuantGroup' object has no attribute {name!r}")
-        path, frag, roles, frags = at
-        values = self.__dict__
-        values["path"] = path + frag
-        values["members"] = dict(zip(roles, [path + f for f in frags], strict=True))
-        del values["_at"]
-        return values[name]
-
     @property
     def steps(self) -> tuple:
         """The steps from the root to the dict holding the members: raw dict keys, and
@@ -238,27 +224,27 @@ def _emit(node: dict, sig: list, text: bool, path: str, keys: tuple, out: list) 
         return
     new, set_, group, last = _NEW, _SET, QuantGroup, _LAST_FILE
     for shared, frag, roles, frags, names, problems in found:
-        problems = list(problems)
-        members = [node[n] for n in names]
-        if type(members[0]) is LazyArray:
+        problems = list(problems) if problems else []
+        if type(node[names[0]]) is LazyArray:
             # Sources read `file:tensor`; most groups' members share the file of the group
             # before them, which settles them with a `startswith` each.
             prefix = last[0]
-            for leaf in members:
+            for n in names:
+                leaf = node[n]
                 if not prefix or type(leaf) is not LazyArray or \
                         not leaf.source.startswith(prefix):
-                    split = _split(list(zip(names, members, strict=True)))
+                    split = _split([(n, node[n]) for n in names])
                     if split:
                         problems.append(split)
                     break
         g = new(group)
         # The dataclass is frozen: its fields are set once here, bypassing the frozen
         # __setattr__ (the generated __init__ costs ~3 us a group; 50,000 groups: 150 ms).
-        # Its `path` and `members` strings are built on first use (`QuantGroup.__getattr__`).
         values = shared.copy()
+        values["path"] = path + frag
+        values["members"] = dict(zip(roles, [path + f for f in frags], strict=True))
         values["problems"] = problems
         values["parent"] = keys
-        values["_at"] = (path, frag, roles, frags)
         set_(g, "__dict__", values)
         out.append(g)
 
