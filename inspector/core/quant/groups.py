@@ -189,7 +189,8 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
             if text:
                 inner.sort()
             else:
-                inner = [k for k in _sorted(node) if k in set(inner)]
+                inside = set(inner)
+                inner = [k for k in _sorted(node) if k in inside]
         for k in inner:
             # keys as a linked pair (parent keys, key): flattened only where a group needs them
             _walk(node[k], f"{path}[{k!r}]", (keys, k), out, depth + 1)
