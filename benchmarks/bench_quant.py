@@ -1,7 +1,7 @@
 """`quant_groups` over a 100,000-leaf FP8 checkpoint structure, and FP8 dequantize against
 the memory-bandwidth reference (`bandwidth.py`), from one run.
 
-    PYTHONPATH=. python benchmarks/bench_quant.py [--quick]
+    PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--compare-table]
 
 1. quant_groups: a DeepSeek-V3-like tree of lazy leaves (no data: only shapes and dtypes are
    read), 7 linear layers per block, each an (256, 384) float8_e4m3fn weight and its (2, 3)
@@ -9,6 +9,8 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
 2. dequantize: an FP8 block-scaled tree of 1e8 parameters in memory (host arrays, 2048 x
    2048 weights with 16 x 16 scales), to bfloat16 with `inspector.run`; GB/s counts codes
    and scales read plus bf16 written, divided by the best copy of the same run.
+   `--compare-table` runs it alternately with the CPU's former float8 decoder (a gather from
+   a 256-entry table) and the current one (`kernels.fp8_bits`), twice each.
 """
 
 from __future__ import annotations
@@ -106,8 +108,37 @@ def bench_dequantize(n_params: float, rounds: int) -> None:
     ref.close()
 
 
+def table_decoder(codes, code_dtype):
+    """The CPU decoder before `kernels.fp8_bits`: a gather from the 256 codes' values."""
+    import jax
+    import jax.numpy as jnp
+
+    values = np.arange(256, dtype=np.uint8).view(code_dtype).astype(np.float32)
+    return jnp.asarray(values)[jax.lax.bitcast_convert_type(codes, jnp.uint8)]
+
+
+def compare_table(n_params: float, pairs: int) -> None:
+    """`bench_dequantize` with the table decoder and with the bits, alternately."""
+    from inspector.core import plan
+    from inspector.core.quant import kernels
+
+    bits = kernels.fp8_bits
+    try:
+        for _ in range(pairs):
+            for name, decoder in (("table", table_decoder), ("bits", bits)):
+                kernels.fp8_bits = decoder
+                plan.clear_cache()  # the kernels are cached by shape: build them anew
+                print(f"-- {name} decoder:")
+                bench_dequantize(n_params, 3)
+    finally:
+        kernels.fp8_bits = bits
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
+    if "--compare-table" in sys.argv:
+        compare_table(1e6 if quick else 1e8, 2)
+        return
     bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
     bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
 
