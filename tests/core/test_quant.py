@@ -301,3 +301,24 @@ def test_groups_inside_lists_tuples_and_ordered_dicts_keep_their_containers():
     assert type(out["od"]) is OrderedDict and list(out["od"]["x"]) == ["weight"]
     assert out["layers"][1][1] == 3
     np.testing.assert_array_equal(np.asarray(out["layers"][1][0]["weight"]), 1.0)
+
+
+@pytest.mark.parametrize("code_dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+                                        ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz])
+def test_fp8_bit_decoding_equals_ml_dtypes_for_all_256_codes(code_dtype):
+    import jax
+
+    from inspector.core.quant.kernels import fp8_bits
+
+    codes = np.arange(256, dtype=np.uint8).view(code_dtype)
+    got = np.asarray(jax.jit(lambda c: fp8_bits(c, code_dtype))(codes))
+    want = codes.astype(np.float32)  # NaN / inf / -0 / subnormal bit patterns included
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    # and through dequantize on the CPU: a (16, 16) weight of every code, block-scaled by 2^k
+    # (partial last blocks: 16 x 16 with 3 x 3 scales of 6 x 6)
+    scale = np.exp2(np.arange(9, dtype=np.float32) - 4).reshape(3, 3)
+    out = inspector.dequantize({"weight": codes.reshape(16, 16), "weight_scale_inv": scale},
+                               "float32", device=jax.devices("cpu")[0])
+    w = np.repeat(np.repeat(scale.astype(np.float64), 6, 0), 6, 1)[:16, :16]
+    np.testing.assert_array_equal(np.asarray(out["weight"]),
+                                  (codes.reshape(16, 16).astype(np.float64) * w))

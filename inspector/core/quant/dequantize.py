@@ -56,11 +56,11 @@ def _call(group: QuantGroup, node, dtype: str, device) -> Call:
     if group.scheme == S.FP8:
         kind = "per-tensor" if math.prod(shapes[1]) == 1 else "block"
         block = group.block if kind == "block" else shape
-        table = device.platform == "cpu"
+        bits = device.platform == "cpu"
         code_dtype = np.dtype(members[0].dtype)
         make = lambda: kernels.make_fp8(shape, shapes[1], block, kind, dtype,  # noqa: E731
-                                        code_dtype, table)
-        static = (kind, block, table)
+                                        code_dtype, bits)
+        static = (kind, block, bits)
     elif group.scheme == S.MXFP4:
         make = lambda: kernels.make_mxfp4(shapes[0], dtype)  # noqa: E731
         static = ()

@@ -124,22 +124,24 @@ _FOUND: dict = {}  # a dict's leaf signature -> the groups among them (relative 
 _FOUND_LIMIT = 4096
 _NEW = object.__new__
 _SET = object.__setattr__
+_MAX_DEPTH = nodes.MAX_DEPTH
 
 
 def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
     # Hot: a 100,000-leaf checkpoint is searched in one pass. A dict's leaves are looked at
-    # once each (a dtype and a name suffix); the dicts that may hold groups are matched by
-    # their leaves' (name, shape, dtype) signature, so the 50,000 layers of one model are
-    # analysed once per distinct layer layout, not once each. One frame per level: the
-    # depth guard must trip before Python's recursion limit.
-    if depth > nodes.MAX_DEPTH:
+    # once each (a dtype and a name suffix), in the dict's own order; the dicts that may hold
+    # groups are matched by their leaves' (name, shape, dtype) signature, so the 50,000 layers
+    # of one model are analysed once per distinct layer layout, not once each; only the keys
+    # of the dicts inside are sorted (JAX's order). One frame per level: the depth guard must
+    # trip before Python's recursion limit.
+    if depth > _MAX_DEPTH:
         raise nodes.DepthExceeded
-    t = type(node)
-    if t is not dict:
+    if type(node) is not dict:
         listed = _mapping_items(node) if isinstance(node, Mapping) else None
         if listed is not None:
             node = dict(listed)
         else:  # a list, tuple, custom node or leaf: its children by keystr
+            t = type(node)
             if t is np.ndarray or t is LazyArray:
                 return
             kind, kids = nodes.children(node)
@@ -149,25 +151,49 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
                 if type(child) is not np.ndarray and type(child) is not LazyArray:
                     _walk(child, path + key, (keys, (key,)), out, depth + 1)
             return
-    inner, leaves, hit = [], [], False
-    fp8_types, marks, lazy, ndarray = S.FP8_TYPES, _MARKS, LazyArray, np.ndarray
-    for k in _sorted(node):
-        v = node[k]
+    inner = sig = None
+    hit = False
+    text = True  # every key a str: the leaves sort by name, as JAX sorts the dict
+    fp8_types, marks, lazy, ndarray, str_ = S.FP8_TYPES, _MARKS, LazyArray, np.ndarray, str
+    for k, v in node.items():
         t = type(v)
         if t is dict:
-            inner.append((k, v))
+            if inner is None:
+                inner = [k]
+            else:
+                inner.append(k)
+            if text and type(k) is not str_:
+                text = False
         elif t is lazy or t is ndarray or (hasattr(v, "dtype") and hasattr(v, "shape")):
-            if type(k) is str:
-                leaves.append((k, v))
-                if not hit and (v.dtype.type in fp8_types or k.endswith(marks)):
+            if type(k) is str_:
+                code = v.dtype.type
+                if sig is None:
+                    sig = [k, v.shape, code]
+                else:
+                    sig += (k, v.shape, code)
+                if not hit and (code in fp8_types or k.endswith(marks)):
                     hit = True
+            else:
+                text = False
         else:
-            inner.append((k, v))
+            if inner is None:
+                inner = [k]
+            else:
+                inner.append(k)
+            if text and type(k) is not str_:
+                text = False
     if hit:
-        _emit(leaves, path, keys, out)
-    for k, v in inner:
-        # keys as a linked pair (parent keys, key): flattened only where a group needs them
-        _walk(v, f"{path}[{k!r}]", (keys, k), out, depth + 1)
+        _emit(node, sig, text, path, keys, out)
+    if inner is not None:
+        if len(inner) > 1:
+            if text:
+                inner.sort()
+            else:
+                inside = set(inner)
+                inner = [k for k in _sorted(node) if k in inside]
+        for k in inner:
+            # keys as a linked pair (parent keys, key): flattened only where a group needs them
+            _walk(node[k], f"{path}[{k!r}]", (keys, k), out, depth + 1)
 
 
 def _sorted(node):
@@ -184,45 +210,57 @@ def _mapping_items(node):
         return None
 
 
-def _emit(leaves: list, path: str, keys: tuple, out: list) -> None:
-    sig = tuple([(k, v.shape, v.dtype.type) for k, v in leaves])
+def _emit(node: dict, sig: list, text: bool, path: str, keys: tuple, out: list) -> None:
+    """The groups of one dict's leaves (`sig`: name, shape, dtype type of each, in the dict's
+    order), found once per signature and given this dict's paths."""
+    if not text:
+        sig.append(_INSERTION_ORDER)
+    sig = tuple(sig)
     found = _FOUND.get(sig)
     if found is None:
         if len(_FOUND) >= _FOUND_LIMIT:
             _FOUND.clear()
-        found = _FOUND[sig] = _analyse(leaves)
+        found = _FOUND[sig] = _analyse(node, sig, text)
     if not found:
         return
-    lazy = type(leaves[0][1]) is LazyArray
-    for shared, frag, roles, frags, positions, problems in found:
-        problems = list(problems)
-        if lazy:
+    new, set_, group, last = _NEW, _SET, QuantGroup, _LAST_FILE
+    for shared, frag, roles, frags, names, problems in found:
+        problems = list(problems) if problems else []
+        if type(node[names[0]]) is LazyArray:
             # Sources read `file:tensor`; most groups' members share the file of the group
             # before them, which settles them with a `startswith` each.
-            prefix = _LAST_FILE[0]
-            for i in positions:
-                leaf = leaves[i][1]
+            prefix = last[0]
+            for n in names:
+                leaf = node[n]
                 if not prefix or type(leaf) is not LazyArray or \
                         not leaf.source.startswith(prefix):
-                    split = _split([leaves[i] for i in positions])
+                    split = _split([(n, node[n]) for n in names])
                     if split:
                         problems.append(split)
                     break
-        g = _NEW(QuantGroup)
+        g = new(group)
         # The dataclass is frozen: its fields are set once here, bypassing the frozen
         # __setattr__ (the generated __init__ costs ~3 us a group; 50,000 groups: 150 ms).
-        _SET(g, "__dict__", {**shared, "path": path + frag,
-                             "members": dict(zip(roles, [path + f for f in frags], strict=True)),
-                             "problems": problems, "parent": keys})
+        values = shared.copy()
+        values["path"] = path + frag
+        values["members"] = dict(zip(roles, [path + f for f in frags], strict=True))
+        values["problems"] = problems
+        values["parent"] = keys
+        set_(g, "__dict__", values)
         out.append(g)
 
 
-def _analyse(leaves: list) -> list:
+_INSERTION_ORDER = object()  # ends the signature of a dict whose keys do not all sort
+
+
+def _analyse(node: dict, sig: tuple, text: bool) -> list:
     """The groups among one dict's leaves, relative to it (cached by signature)."""
     from inspector.core.quant import finders
 
+    names = set(sig[0:len(sig) - (not text):3])
+    order = sorted(names) if text else [k for k in _sorted(node) if k in names]
+    leaves = [(k, node[k]) for k in order]
     node = dict(leaves)
-    position = {k: i for i, (k, _) in enumerate(leaves)}
     taken: set = set()
     fp8 = [k for k, v in leaves if v.dtype.type in S.FP8_TYPES]
     found = [finders.fp8_group(node, name, taken) for name in fp8]
@@ -232,7 +270,7 @@ def _analyse(leaves: list) -> list:
     return [({"scheme": scheme, "shape": shape, "dtype": dtype, "layout": layout,
               "block": block, "names": {**members, "logical": logical}},
              f"[{logical!r}]", tuple(members), tuple(f"[{n!r}]" for n in members.values()),
-             tuple(position[n] for n in members.values()), tuple(problems))
+             tuple(members.values()), tuple(problems))
             for scheme, logical, members, shape, dtype, problems, layout, block
             in sorted(found, key=lambda g: g[1])]
 

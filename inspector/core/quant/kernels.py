@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from inspector.core.quant import schemes as S
@@ -20,28 +21,54 @@ def _f32(x):
     return x.astype(jnp.float32)
 
 
-def _code_table(code_dtype) -> np.ndarray:
-    """The float32 value of each of the 256 codes of a float8 type (NaNs included), exact:
-    ml_dtypes' own conversion."""
-    return np.arange(256, dtype=np.uint8).view(code_dtype).astype(np.float32)
+_FP8_FORMATS = {  # NumPy scalar type -> (mantissa bits, exponent bias, special codes)
+    ml_dtypes.float8_e4m3fn: (3, 7, "fn"),  # no inf; 0x7F / 0xFF are NaN
+    ml_dtypes.float8_e5m2: (2, 15, "ieee"),  # exponent 31: inf (mantissa 0) or NaN
+    ml_dtypes.float8_e4m3fnuz: (3, 8, "fnuz"),  # no inf, no -0: 0x80 is the NaN
+    ml_dtypes.float8_e5m2fnuz: (2, 16, "fnuz"),
+}
+_QNAN, _INF = np.uint32(0x7FC00000), np.uint32(0x7F800000)
+
+
+def fp8_bits(codes, code_dtype):
+    """The float32 value of float8 codes, decoded from their bits: ml_dtypes' own values and
+    NaN / inf bit patterns for each of the 256 codes of every float8 type here (tested).
+
+    Integer ops only, all elementwise (they fuse with the scale and the output cast): the
+    sign moves to bit 31, exponent and mantissa shift into float32's fields and the exponent
+    is rebiased; a subnormal code (exponent 0) is `mantissa x 2^(1 - bias - m)`, an exact
+    float product whose result is a normal float32 (no denormal for a CPU to flush); the
+    NaN / inf codes are selected. XLA's CPU backend converts float8 element by element in
+    software, and a gather from the 256 values is slower than this arithmetic too."""
+    m, bias, special = _FP8_FORMATS[np.dtype(code_dtype).type]
+    b = jax.lax.bitcast_convert_type(codes, jnp.uint8).astype(jnp.uint32)
+    sign = (b & 0x80) << 24
+    mag = b & 0x7F
+    normal = (mag << (23 - m)) + np.uint32((127 - bias) << 23)
+    tiny = jax.lax.bitcast_convert_type(
+        mag.astype(jnp.float32) * np.float32(2.0 ** (1 - bias - m)), jnp.uint32)
+    body = jnp.where(mag < (1 << m), tiny, normal)
+    if special == "fn":
+        body = jnp.where(mag == 0x7F, _QNAN, body)
+    elif special == "ieee":
+        body = jnp.where(mag >= 0x7C, jnp.where(mag == 0x7C, _INF, _QNAN), body)
+    else:  # fnuz: the code of "negative zero" is the NaN (sign bit set, as ml_dtypes has it)
+        body = jnp.where(b == 0x80, _QNAN, body)
+    return jax.lax.bitcast_convert_type(sign | body, jnp.float32)
 
 
 def make_fp8(shape: tuple, scale_shape: tuple, block: tuple, kind: str, out_dtype: str,
-             code_dtype=None, table: bool = False):
+             code_dtype=None, bits: bool = False):
     """`w = float(code) * scale`, the scale repeated over its block (ceil tiling).
 
-    With `table` (the CPU), codes are decoded by a look-up in their 256 values: XLA's CPU
-    conversion from float8 is element by element in software, 1.5-2x slower here (2048 x
-    2048 to bf16, 2 busy cores); GPUs convert float8 in hardware and take `astype`."""
+    With `bits` (the CPU), codes are decoded from their bits (`fp8_bits`): XLA's CPU
+    conversion from float8 is element by element in software, several times slower; GPUs
+    convert float8 in hardware and take `astype`."""
     divisible = all(n % b == 0 for n, b in zip(shape, block, strict=True))
-    values = _code_table(code_dtype) if table else None
 
     def kernel(out, codes, scale):
         del out  # donated: the result is written into its memory
-        if values is None:
-            x = _f32(codes)
-        else:
-            x = jnp.asarray(values)[jax.lax.bitcast_convert_type(codes, jnp.uint8)]
+        x = fp8_bits(codes, code_dtype) if bits else _f32(codes)
         s = _f32(scale)
         if kind == "per-tensor":
             return (x * s.reshape(())).astype(out_dtype)
