@@ -33,6 +33,11 @@ SUBCOMMANDS = {
     "show": "inspector.cli.show",
     "diff": "inspector.cli.diff",
     "merge": "inspector.cli.merge",
+    "scan": "inspector.cli.scan",
+    "timeline": "inspector.cli.timeline",
+    "check": "inspector.cli.check",
+    "convert": "inspector.cli.convert",
+    "dequantize": "inspector.cli.dequantize",
     "serve": "inspector.cli.serve",
 }
 
