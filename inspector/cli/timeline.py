@@ -32,9 +32,12 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     out = Output(args.json, args.quiet)
+    from pathlib import Path
+
     import inspector
 
-    sources = args.sources[0] if len(args.sources) == 1 else list(args.sources)
+    one = args.sources[0]
+    sources = one if len(args.sources) == 1 and Path(one).is_dir() else list(args.sources)
     try:
         with out.progress("reading leaves") as progress:
             t = inspector.timeline(sources, device=args.device, progress=progress)
