@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import ml_dtypes
 import numpy as np
@@ -59,6 +60,16 @@ def test_quantization_orphan_and_refused_file(cli, files):
     assert (problem["source"], problem["path"]) == ("refused", "damaged.safetensors")
     assert "damaged.safetensors" in problem["detail"]
     assert summary["problems"] == 1 and summary["tensors"] is None
+
+
+def test_hostile_pickle_is_a_finding_and_nothing_runs(cli, tmp_path):
+    hostile = pathlib.Path(__file__).parents[1] / "io" / "hostile" / "torch_reduce_os_system.pt"
+    done = cli("check", hostile, cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stdout.splitlines()  # the library's message, its fix on a line of its own
+    assert lines[0].startswith("refused: Cannot load ") and "torch_reduce_os_system" in lines[0]
+    assert "this file asks to run os.system: refused; nothing was run" in lines[0]
+    assert lines[-1] == "1 problem(s) (1 refused)."
 
 
 def test_clean_file_exits_0_and_a_missing_path_exits_2(cli, files):

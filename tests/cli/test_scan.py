@@ -77,3 +77,17 @@ def test_scan_refusal_exits_2_with_the_message(cli, run_dir):
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
     assert done.stderr.startswith("pytree-inspector: Cannot load nope.safetensors: the path "
                                   "does not exist.")
+
+
+def test_colour_marks_the_nonfinite_rows(run_dir, monkeypatch, capsys):
+    from inspector import cli
+    from inspector.cli import output
+
+    folder, _ = run_dir
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(output, "use_colour", lambda stream: True)  # as on a terminal
+    assert cli.main(["scan", folder / "ckpt_300.safetensors", "-q"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("\x1b[1mpath ")
+    assert lines[1].startswith("\x1b[31m['dense']['kernel']") and lines[1].endswith("\x1b[0m")
+    assert lines[2].startswith("['frozen']['b']")  # finite: as is
