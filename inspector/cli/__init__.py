@@ -22,7 +22,8 @@ CKPT...`, or options first) serves the app, exactly as before subcommands existe
 whose path is a subcommand's name is opened with `serve` or as `./show`.
 
 Exit statuses: 0 clean, 1 a finding (differences, NaN/Inf, problems), 2 an error (bad
-arguments, an unreadable file: the library's message, no traceback). Only this package and `main.py` print or exit.
+arguments, an unreadable file: the library's message, no traceback). Only this package and
+`main.py` print or exit.
 """
 
 from __future__ import annotations
