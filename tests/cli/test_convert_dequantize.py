@@ -85,6 +85,10 @@ def test_convert_unmatched_exits_1_unless_allowed(cli, files):
     written = load_file(str(folder / "x.safetensors"))
     assert sorted(written) == ["Dense_0.bias", "Dense_0.kernel"]
     assert all(written[k].tobytes() == target[k].tobytes() for k in written)
+    done = cli("convert", "torch.safetensors", "--to", "flax.safetensors", "--mapping",
+               "nope.json", "-o", "y.safetensors", cwd=folder)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("pytree-inspector: Cannot read the mapping nope.json: ")
 
 
 def test_dequantize_equals_codes_times_scale_in_float64(cli, files):
