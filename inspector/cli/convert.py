@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from inspector.cli.output import CLEAN, FINDING, Output, common_options
+from inspector.cli.output import CLEAN, FINDING, Output, common_options, plural
 
 
 def add_parser(subparsers) -> None:
@@ -79,7 +79,8 @@ def run(args) -> int:
         if out.json:
             out.record("summary", written=None, pairs=len(alignment.pairs), left=n)
         else:
-            out.line(f"{n:,} target leaves have no single source: nothing written. Fix the "
+            out.line(f"{plural(n, 'target leaf', 'target leaves')} without a single source: "
+                     "nothing written. Fix the "
                      "mapping (--save-mapping, edit, --mapping) or pass --allow-missing.")
         return FINDING
     from inspector.core.node_text import human_bytes
@@ -127,7 +128,8 @@ def _report(out: Output, alignment) -> None:
                      f"{', '.join(a.candidates)} ({a.reason})")
     if not out.json:
         moved = sum(1 for p in alignment.pairs if str(p.transform) != "none")
-        out.line(f"aligned {len(alignment.pairs):,} target leaves ({moved:,} with a layout "
-                 f"change), {len(alignment.unmatched_target):,} unmatched, "
-                 f"{len(alignment.ambiguous):,} ambiguous, {len(alignment.unmatched_source):,} "
-                 "source leaves unused.")
+        out.line(f"aligned {plural(len(alignment.pairs), 'target leaf', 'target leaves')} "
+                 f"({moved:,} with a layout change), {len(alignment.unmatched_target):,} "
+                 f"unmatched, {len(alignment.ambiguous):,} ambiguous, "
+                 f"{plural(len(alignment.unmatched_source), 'source leaf', 'source leaves')} "
+                 "unused.")

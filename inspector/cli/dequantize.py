@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from inspector.cli.output import CLEAN, FINDING, Output, common_options
+from inspector.cli.output import CLEAN, FINDING, Output, common_options, plural
 
 
 def add_parser(subparsers) -> None:
@@ -76,6 +76,7 @@ def run(args) -> int:
                    seconds=round(seconds, 3))
     else:
         tail = f", {len(left):,} left as stored" if left else ""
-        out.line(f"wrote {args.out}: {len(done):,} weights dequantized to {args.dtype}{tail}; "
-                 f"{root.n_leaves:,} tensors, {human_bytes(root.nbytes)} in {seconds:.2f} s")
+        out.line(f"wrote {args.out}: {plural(len(done), 'weight')} dequantized to "
+                 f"{args.dtype}{tail}; {root.n_leaves:,} tensors, "
+                 f"{human_bytes(root.nbytes)} in {seconds:.2f} s")
     return FINDING if left else CLEAN

@@ -180,6 +180,11 @@ def jsonable(value):
     return str(value)
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 leaf`, `3 leaves`: the count with thousands separators and the word as it agrees."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
 def finite(x: float | None) -> float | str | None:
     """A float for JSON: NaN and infinities as the strings `"nan"`, `"inf"`, `"-inf"` (strict
     JSON has no such numbers)."""

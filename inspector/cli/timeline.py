@@ -12,7 +12,7 @@ a NaN or Inf is found.
 
 from __future__ import annotations
 
-from inspector.cli.output import CLEAN, FINDING, Output, common_options, finite
+from inspector.cli.output import CLEAN, FINDING, Output, common_options, finite, plural
 
 
 def add_parser(subparsers) -> None:
@@ -113,6 +113,7 @@ def _text(out: Output, t, steps, frozen, first) -> None:
                  + (", ..." if len(frozen) > 20 else ""))
     for path, label in first.items():
         out.line(out.paint(f"first NaN/Inf: {path} at step {label}", "red"))
-    tail = (f"{len(first):,} leaves with NaN/Inf" if first else "no NaN or Inf")
-    out.line(f"{len(t.labels):,} steps, {len(t.paths):,} leaves read in {t.seconds:.2f} s: "
-             f"{len(frozen):,} frozen, {len(t.changes):,} structure changes, {tail}.")
+    tail = f"{plural(len(first), 'leaf', 'leaves')} with NaN/Inf" if first else "no NaN or Inf"
+    out.line(f"{plural(len(t.labels), 'step')}, {plural(len(t.paths), 'leaf', 'leaves')} read "
+             f"in {t.seconds:.2f} s: {len(frozen):,} frozen, "
+             f"{plural(len(t.changes), 'structure change')}, {tail}.")

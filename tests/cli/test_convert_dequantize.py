@@ -97,7 +97,7 @@ def test_dequantize_equals_codes_times_scale_in_float64(cli, files):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "dequantized ['up']['weight']: fp8 e4m3 · 128x128 block scales"
-    assert lines[1].startswith("wrote bf16.safetensors: 1 weights dequantized to bfloat16; "
+    assert lines[1].startswith("wrote bf16.safetensors: 1 weight dequantized to bfloat16; "
                                "2 tensors, ")
     full = np.kron(scale.astype(np.float64), np.ones((128, 128)))
     expected = (codes.astype(np.float64) * full).astype(ml_dtypes.bfloat16)
