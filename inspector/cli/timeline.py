@@ -48,7 +48,7 @@ def run(args) -> int:
     first = t.first_nonfinite()
     if out.json:
         for s in steps:
-            out.record("step", **s)
+            out.record("step", **{**s, "max_rel_change": finite(s["max_rel_change"])})
         for path in frozen:
             out.record("frozen", path=path)
         for path, label in first.items():
@@ -78,7 +78,7 @@ def step_summaries(t) -> list[dict]:
         out.append(dict(
             label=label, leaves=int(s["present"][:, i].sum()),
             changed=None if i == 0 else int((paired & (s["changed"][:, i] > 0)).sum()),
-            max_rel_change=None if top is None else finite(float(column[top])),
+            max_rel_change=None if top is None else float(column[top]),
             max_rel_change_path=None if top is None else t.paths[top],
             nonfinite=int(np.where(s["present"][:, i], s["nonfinite"][:, i], 0).sum()),
             structure=[dict(path=c.path, kind=c.kind, before=str(c.before),

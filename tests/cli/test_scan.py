@@ -10,7 +10,7 @@ from safetensors.numpy import save_file
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """Three steps written by the safetensors library: `dense.kernel` moves by 10% a step and
-    has a NaN at step 300, `frozen.b` never changes, `new.x` appears at step 200."""
+    has a NaN and an Inf at step 300, `frozen.b` never changes, `new.x` appears at step 200."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4, 3)).astype(np.float32)
     folder = tmp_path_factory.mktemp("run")

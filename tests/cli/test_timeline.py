@@ -10,7 +10,8 @@ from safetensors.numpy import save_file
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """Three steps written by the safetensors library: `dense.kernel` moves by 10% a step and
-    has a NaN at step 300, `frozen.b` never changes, `new.x` appears at step 200."""
+    has a NaN and an Inf at step 300, `frozen.b` never changes, `new.x` appears at step 200
+    (zeros) and is ones at step 300."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4, 3)).astype(np.float32)
     folder = tmp_path_factory.mktemp("run")
@@ -21,8 +22,8 @@ def run_dir(tmp_path_factory):
         if step == 300:
             tree["dense.kernel"][1, 1] = np.nan
             tree["dense.kernel"][2, 0] = -np.inf
-        if step >= 200:
-            tree["new.x"] = np.zeros(2, np.float32)
+        if step >= 200:  # zeros, then ones: an infinite relative change at step 300
+            tree["new.x"] = np.full(2, step == 300, np.float32)
         save_file(tree, str(folder / f"ckpt_{step}.safetensors"))
         steps[step] = tree
     return folder, steps
@@ -37,7 +38,7 @@ def test_timeline_per_step_summary(cli, run_dir):
                                 "nan/inf", "structure"]
     assert lines[1].split() == ["100", "2", "-", "-", "-", "0", "-"]
     assert lines[2].split() == ["200", "3", "1", "0.1", "['dense']['kernel']", "0", "1"]
-    assert lines[3].split()[:2] == ["300", "3"] and lines[3].split()[-2:] == ["2", "-"]
+    assert lines[3].split() == ["300", "3", "2", "inf", "['new']['x']", "2", "-"]
     assert "step 200: ['new']: appeared (dict of 1)" in lines
     assert "frozen at every step (1): ['frozen']['b']" in lines
     assert "first NaN/Inf: ['dense']['kernel'] at step 300" in lines
@@ -55,6 +56,7 @@ def test_timeline_per_step_summary(cli, run_dir):
     assert step200["structure"] == [{"path": "['new']", "kind": "extra", "before": "None",
                                      "after": "dict of 1"}]
     assert by_type["step"][2]["nonfinite"] == 2
+    assert by_type["step"][2]["max_rel_change"] == "inf"  # strict JSON has no Infinity
     assert by_type["frozen"] == [{"type": "frozen", "path": "['frozen']['b']"}]
     assert by_type["nonfinite"] == [{"type": "nonfinite", "path": "['dense']['kernel']",
                                      "first_label": 300}]
