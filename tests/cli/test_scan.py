@@ -28,8 +28,8 @@ def run_dir(tmp_path_factory):
     return folder, steps
 
 
-def test_scan_table_and_figures_against_numpy(cli, run_dir):
-    folder, steps = run_dir
+def test_scan_table_of_a_clean_file_exits_0(cli, run_dir):
+    folder, _ = run_dir
     done = cli("scan", "ckpt_200.safetensors", cwd=folder)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -41,18 +41,9 @@ def test_scan_table_and_figures_against_numpy(cli, run_dir):
                                 "0", "1.732", "1", "0"]
     assert lines[-1].startswith("3 leaves (17 params) scanned in ")
     assert lines[-1].endswith(": no NaN or Inf.")
-    records = cli("scan", "ckpt_200.safetensors", "--json", cwd=folder).records()
-    x = steps[200]["dense.kernel"].astype(np.float64)
-    got = records[0]
-    assert (got["type"], got["path"], got["shape"], got["nan"], got["zeros"]) == (
-        "leaf", "['dense']['kernel']", [4, 3], 0, 0)
-    assert got["min"] == x.min() and got["max"] == x.max()
-    np.testing.assert_allclose([got["mean"], got["std"], got["l2"]],
-                               [x.mean(), x.std(), np.linalg.norm(x)], rtol=1e-6)
-    assert records[-1]["type"] == "summary" and records[-1]["nonfinite_leaves"] == []
 
 
-def test_scan_planted_nan_exits_1_and_names_the_path(cli, run_dir):
+def test_scan_planted_nan_exits_1_names_the_path_figures_against_numpy(cli, run_dir):
     folder, steps = run_dir
     done = cli("scan", "ckpt_300.safetensors", "--nonfinite", cwd=folder)
     assert done.returncode == 1
@@ -60,15 +51,24 @@ def test_scan_planted_nan_exits_1_and_names_the_path(cli, run_dir):
     assert len(lines) == 3  # header, the one leaf, the summary
     assert lines[1].split()[:5] == ["['dense']['kernel']", "float32", "4x3", "1", "1"]
     assert lines[-1].endswith(": 1 with NaN/Inf (1 NaN, 1 Inf): ['dense']['kernel'].")
-    records = cli("scan", "ckpt_300.safetensors", "--nonfinite", "--json", cwd=folder).records()
-    assert [r["type"] for r in records] == ["leaf", "summary"]
+    done = cli("scan", "ckpt_300.safetensors", "--json", cwd=folder)
+    assert done.returncode == 1
+    records = done.records()
+    assert [r["type"] for r in records] == ["leaf", "leaf", "leaf", "summary"]
     x = steps[300]["dense.kernel"].astype(np.float64)
-    finite = x[np.isfinite(x)]
+    finite = x[np.isfinite(x)]  # the figures are over the finite elements
     leaf = records[0]
+    assert (leaf["path"], leaf["shape"], leaf["zeros"]) == ("['dense']['kernel']", [4, 3], 0)
     assert (leaf["nan"], leaf["posinf"], leaf["neginf"]) == (1, 0, 1)
-    assert leaf["min"] == finite.min() and leaf["max_abs"] == np.abs(finite).max()
-    assert records[1]["nonfinite_leaves"] == ["['dense']['kernel']"]
-    assert (records[1]["nan"], records[1]["inf"]) == (1, 1)
+    assert leaf["min"] == finite.min() and leaf["max"] == finite.max()
+    assert leaf["max_abs"] == np.abs(finite).max()
+    np.testing.assert_allclose([leaf["mean"], leaf["std"], leaf["l2"]],
+                               [finite.mean(), finite.std(), np.linalg.norm(finite)], rtol=1e-6)
+    ones = records[1]
+    assert (ones["path"], ones["min"], ones["std"], ones["nan"]) == ("['frozen']['b']", 1, 0, 0)
+    assert ones["l2"] == pytest.approx(np.sqrt(3), rel=1e-7)
+    assert records[-1]["nonfinite_leaves"] == ["['dense']['kernel']"]
+    assert (records[-1]["nan"], records[-1]["inf"], records[-1]["params"]) == (1, 1, 17)
 
 
 def test_scan_refusal_exits_2_with_the_message(cli, run_dir):
