@@ -3,9 +3,15 @@
     pytree-inspector show model.safetensors --depth 2      # the tree, as the app shows it
     pytree-inspector diff old.safetensors new.safetensors --values   # exit 1 if they differ
     pytree-inspector merge soup.yml out/                    # mergekit's YAML, our engine
+    pytree-inspector scan ckpt.safetensors --nonfinite      # exit 1 on NaN/Inf
+    pytree-inspector timeline runs/exp1/checkpoints         # per-step summary of a run
+    pytree-inspector check model.safetensors.index.json     # index, quantization, refusals
+    pytree-inspector convert src.pt --to target.safetensors -o ported.safetensors
+    pytree-inspector dequantize fp8/ -o bf16.safetensors
     pytree-inspector model.safetensors                      # no subcommand: serve the app
 
-One module per subcommand (`show.py`, `diff.py`, `merge.py`, `serve.py`), each with
+One module per subcommand (`show.py`, `diff.py`, `merge.py`, `scan.py`, `timeline.py`,
+`check.py`, `convert.py`, `dequantize.py`, `serve.py`), each with
 `add_parser(subparsers)` and `run(args) -> int`; `output.py` holds what they share (stdout
 for results, stderr for notes and progress, `--json`, colour, exit statuses). A new
 subcommand is one module and one line in `SUBCOMMANDS`. Every module imports its heavy parts
@@ -15,8 +21,9 @@ The first argument picks the subcommand when it names one; anything else (`pytre
 CKPT...`, or options first) serves the app, exactly as before subcommands existed. A checkpoint
 whose path is a subcommand's name is opened with `serve` or as `./show`.
 
-Exit statuses: 0 clean, 1 a finding (differences), 2 an error (bad arguments, an unreadable
-file: the library's message, no traceback). Only this package and `main.py` print or exit.
+Exit statuses: 0 clean, 1 a finding (differences, NaN/Inf, problems), 2 an error (bad
+arguments, an unreadable file: the library's message, no traceback). Only this package and
+`main.py` print or exit.
 """
 
 from __future__ import annotations
@@ -33,6 +40,11 @@ SUBCOMMANDS = {
     "show": "inspector.cli.show",
     "diff": "inspector.cli.diff",
     "merge": "inspector.cli.merge",
+    "scan": "inspector.cli.scan",
+    "timeline": "inspector.cli.timeline",
+    "check": "inspector.cli.check",
+    "convert": "inspector.cli.convert",
+    "dequantize": "inspector.cli.dequantize",
     "serve": "inspector.cli.serve",
 }
 
@@ -41,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line: one subparser per module of `SUBCOMMANDS`."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="See pytree checkpoints in a terminal (show, diff), merge them from a "
-        "mergekit YAML (merge), or open them in the app (serve; the default: "
+        description="See pytree checkpoints in a terminal (show, diff, scan, timeline, "
+        "check), merge them from a mergekit YAML (merge), port (convert) or dequantize them, "
+        "or open them in the app (serve; the default: "
         f"`{PROG} CKPT...`). Exit status: 0 clean, 1 a finding, 2 an error.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -118,6 +118,7 @@ class Progress:
         self.last = None  # when something was last shown
         self.drawn = False
         self.state = (0, 0, "")
+        self.printed = None  # the state of the last plain line
 
     def __call__(self, done: int, total: int, detail: str = "") -> None:
         self.state = (done, total, detail)
@@ -149,6 +150,7 @@ class Progress:
         self.drawn = True
 
     def _print(self, done: int, total: int, detail: str) -> None:
+        self.printed = (done, total, detail)
         print(f"{PROG}: {self._text(done, total, detail)}", file=self.stream, flush=True)
 
     def close(self) -> None:
@@ -156,7 +158,7 @@ class Progress:
         if self.drawn:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
-        elif self.last is not None and not self.tty:
+        elif self.last is not None and not self.tty and self.printed != self.state:
             self._print(*self.state)
 
     def __enter__(self) -> Progress:
@@ -176,6 +178,11 @@ def jsonable(value):
     if isinstance(value, set | frozenset):
         return sorted(value, key=str)
     return str(value)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 leaf`, `3 leaves`: the count with thousands separators and the word as it agrees."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
 def finite(x: float | None) -> float | str | None:

@@ -138,3 +138,19 @@ def test_progress_and_bad_labels():
     assert told[-1] == (told[-1][1], told[-1][1])
     with pytest.raises(ValueError, match="2 checkpoints but 3 labels"):
         inspector.timeline(run, labels=[1, 2, 3])
+
+
+def test_one_byte_and_bool_leaves_count_changed_bits():
+    """float8 codes, int8 and bool leaves (an FP8 run's checkpoints) go through the step
+    kernel's bitwise comparison too."""
+    import ml_dtypes
+
+    a = {"w": np.arange(6).astype(ml_dtypes.float8_e4m3fn), "b": np.array([True, False]),
+         "i": np.arange(3, dtype=np.int8)}
+    b = {"w": (np.arange(6) + 1).astype(ml_dtypes.float8_e4m3fn), "b": np.array([True, True]),
+         "i": np.arange(3, dtype=np.int8)}
+    t = inspector.timeline([a, b])
+    table = t.table("changed")
+    assert table.rows == ["['b']", "['i']", "['w']"]
+    assert table.values[:, 1].tolist() == [0.5, 0.0, 1.0]
+    assert t.frozen() == ["['i']"]

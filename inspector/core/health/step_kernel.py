@@ -23,7 +23,9 @@ SUM_SQ, MAX_ABS, NONFINITE, DIFF_SQ, PREV_SQ, DOT, CHANGED, NOW_SQ = range(N_FIG
 
 
 def _bits(x):
-    width = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
+    if x.dtype == jnp.bool_:
+        return x
+    width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[x.dtype.itemsize]
     return jax.lax.bitcast_convert_type(x, width)
 
 
