@@ -24,7 +24,7 @@ class LazyArray:
     0.0
     """
 
-    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding")
+    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding", "region")
 
     def __init__(
         self,
@@ -42,6 +42,9 @@ class LazyArray:
         self._cache = cache
         self._value = None
         self.sharding = sharding
+        # (path, offset) when the data is one native row-major run of a local file (its reader
+        # says so): `inspector.core.host_read` reads it in place, with no memory map
+        self.region = getattr(reader, "region", None)
 
     @property
     def ndim(self) -> int:

@@ -60,4 +60,7 @@ def mapped_reader(
         array = np.asarray(mapped)
         return array if dtype == native else array.astype(native)
 
+    if dtype == native and (order == "C" or len(shape) <= 1) and math.prod(shape) > 0:
+        # one native row-major run of bytes: `LazyArray.region`, read in place with preadv
+        read.region = (path, offset)
     return read
