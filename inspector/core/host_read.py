@@ -148,3 +148,45 @@ def read_leaves(values: Iterable, threads: int = THREADS) -> list:
     for i, value in zip(others, read_ahead(values[i] for i in others), strict=True):
         out[i] = value
     return out
+
+
+_SHARED: dict[str, ThreadPoolExecutor] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def executor() -> ThreadPoolExecutor:
+    """The process's reader threads (`THREADS` of them), for reads that overlap compute."""
+    with _SHARED_LOCK:
+        if "pool" not in _SHARED:
+            _SHARED["pool"] = ThreadPoolExecutor(THREADS, "inspector-read-ahead")
+        return _SHARED["pool"]
+
+
+class BufferPool:
+    """A few host buffers reused by a streamed op: taken for a leaf's read, given back once
+    its kernel is done, so a stream of 1,000 leaves faults its memory in once, not 1,000 times.
+
+    Holds at most what was taken at once (the largest leaves in flight), and frees it all with
+    the pool.
+    """
+
+    _GRAIN = 1 << 20
+
+    def __init__(self):
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self.allocated = 0  # bytes ever allocated (tests: no growth once warm)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A uint8 buffer of at least `nbytes` (aligned, faulted in)."""
+        with self._lock:
+            fits = [n for n, b in enumerate(self._free) if b.size >= nbytes]
+            if fits:
+                return self._free.pop(min(fits, key=lambda n: self._free[n].size))
+            size = max(self._GRAIN, -(-nbytes // self._GRAIN) * self._GRAIN)
+            self.allocated += size
+        return host_buffer(size)
+
+    def give(self, buffer: np.ndarray) -> None:
+        with self._lock:
+            self._free.append(buffer)

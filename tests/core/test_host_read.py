@@ -123,3 +123,17 @@ def test_an_interrupted_streamed_output_leaves_no_file(tmp_path):
     with pytest.raises(LoadError):
         inspector.weighted_sum([a, b], [0.5, 0.5], out=out)
     assert list(out.parent.iterdir()) == []
+
+
+def test_a_streamed_output_reuses_its_read_buffers(tmp_path, monkeypatch):
+    va, a, _ = _saved(tmp_path, 10, n=20, shape=(300, 200))
+    vb, b, _ = _saved(tmp_path, 11, n=20, shape=(300, 200))
+    made = []
+    real = host_read.host_buffer
+    monkeypatch.setattr(host_read, "host_buffer", lambda n: made.append(n) or real(n))
+    before = host_read.stats()["bytes"]
+    out = inspector.weighted_sum([a, b], [0.5, 0.5], out=tmp_path / "m.safetensors")
+    assert host_read.stats()["bytes"] - before == _nbytes(a) + _nbytes(b)  # each byte once
+    assert 0 < len(made) <= 6  # 40 weight reads through at most two calls' buffers in flight
+    ref = 0.5 * va["layer7"]["w"].astype(np.float64) + 0.5 * vb["layer7"]["w"]
+    np.testing.assert_allclose(np.asarray(out["layer7"]["w"]), ref, rtol=1e-6)
