@@ -24,6 +24,7 @@ from inspector.core.errors import InspectorError, bullet_list
 from inspector.core.lazy import LazyArray
 from inspector.io import nesting, subbyte
 from inspector.io.file_error import file_error
+from inspector.io.gc_pause import gc_paused
 from inspector.io.limits import confined
 from inspector.io.locate import locate
 from inspector.io.location import LocalFile, Location
@@ -52,8 +53,9 @@ def load(path: str | os.PathLike | Location) -> dict:
         LoadError: the header is damaged (see `read_header`) or keys clash when nested.
     """
     location = locate(path)
-    entries = read_header(location)
-    return nesting.unflatten(_leaves(location, entries), location)
+    with gc_paused():  # 100k tensors make ~1M objects: no collector passes over them meanwhile
+        entries = read_header(location)
+        return nesting.unflatten(_leaves(location, entries), location)
 
 
 def load_index(path: str | os.PathLike | Location) -> dict:
@@ -171,15 +173,28 @@ def save(flat: dict[str, Any], path: str | os.PathLike) -> None:
 
 
 def _leaves(location: Location, entries: Iterable[TensorEntry]):
-    return ((entry.name, _leaf(location, entry)) for entry in entries)
+    prefix = f"{location}:"  # str(location) once, not once per tensor
+    return [(entry.name, _leaf(location, entry, prefix)) for entry in entries]
 
 
-def _leaf(location: Location, entry: TensorEntry) -> LazyArray:
-    native = entry.dtype.newbyteorder("=")
-    bits = subbyte.BITS.get(native.name)
+_NATIVE: dict[np.dtype, tuple[np.dtype, int | None]] = {}
+
+
+def _native(dtype: np.dtype) -> tuple[np.dtype, int | None]:
+    """The stored dtype in native order, and its bits when packed (F4/F6); once per dtype."""
+    found = _NATIVE.get(dtype)
+    if found is None:
+        native = dtype.newbyteorder("=")
+        found = _NATIVE[dtype] = (native, subbyte.BITS.get(native.name))
+    return found
+
+
+def _leaf(location: Location, entry: TensorEntry, prefix: str | None = None) -> LazyArray:
+    native, bits = _native(entry.dtype)
+    source = (f"{location}:" if prefix is None else prefix) + entry.name
     if bits is None:
         reader = location.array_reader(entry.offset, entry.dtype, entry.shape)
-        return LazyArray(entry.shape, native, reader, source=f"{location}:{entry.name}")
+        return LazyArray(entry.shape, native, reader, source=source)
     packed = location.array_reader(entry.offset, np.dtype(np.uint8), (entry.nbytes,))
     loaded = LOADED_AS.get(native.name, native)
 
@@ -187,7 +202,7 @@ def _leaf(location: Location, entry: TensorEntry) -> LazyArray:
         codes = subbyte.unpack(packed(), bits, math.prod(entry.shape))
         return codes.view(native).reshape(entry.shape).astype(loaded)
 
-    return LazyArray(entry.shape, loaded, read, source=f"{location}:{entry.name}")
+    return LazyArray(entry.shape, loaded, read, source=source)
 
 
 def _shape_dtype(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:

@@ -173,19 +173,19 @@ def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> Tensor
     if code not in DTYPE_NAMES:
         problems.append(f"{name!r}: unknown dtype {code!r}")
         return None
-    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         problems.append(f"{name!r}: shape {shape!r} is not a list of non-negative integers")
         return None
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
-        or not all(_is_count(o) for o in offsets)
+        or not all(type(o) is int and o >= 0 for o in offsets)  # JSON ints, never bools
         or offsets[0] > offsets[1]
     ):
         problems.append(f"{name!r}: data_offsets {offsets!r} is not [begin, end] with begin <= end")
         return None
-    dtype = dtype_from_name(DTYPE_NAMES[code])
-    numel, bits = math.prod(shape), bits_of(dtype)
+    dtype, bits = _code_info(code)
+    numel = math.prod(shape)
     if numel * bits >= 8 << 64:
         problems.append(f"{name!r}: {code}{shape} needs more than 2**64 bytes: its shape "
                         f"overflows the byte count")
@@ -201,9 +201,20 @@ def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> Tensor
             f"{code}{shape} needs {expected}"
         )
         return None
-    return TensorEntry(
-        name, dtype.newbyteorder("<"), tuple(shape), data_start + offsets[0], expected
-    )
+    return TensorEntry(name, dtype, tuple(shape), data_start + offsets[0], expected)
+
+
+_CODES_SEEN: dict[str, tuple[np.dtype, int]] = {}
+
+
+def _code_info(code: str) -> tuple[np.dtype, int]:
+    """A header dtype code's stored (little-endian) dtype and bits per element: asked once per
+    code, not once per tensor (NumPy's dtype names cost ~10 us; a header has 100k tensors)."""
+    found = _CODES_SEEN.get(code)
+    if found is None:
+        dtype = dtype_from_name(DTYPE_NAMES[code])
+        found = _CODES_SEEN[code] = (dtype.newbyteorder("<"), bits_of(dtype))
+    return found
 
 
 def _is_count(value: Any) -> bool:
