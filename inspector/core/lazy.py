@@ -35,8 +35,8 @@ class LazyArray:
         cache: bool = False,
         sharding=None,
     ):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = tuple(map(int, shape))
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self._reader = reader
         self.source = source
         self._cache = cache
