@@ -116,10 +116,11 @@ def read_header(path: str | os.PathLike | Location) -> list[TensorEntry]:
         raise file_error(path, "the safetensors header is not a JSON object")
     data_start, data_size = 8 + header_len, size - 8 - header_len
     entries, problems = [], []
+    codes: dict[str, tuple[np.dtype, int]] = {}  # per header: a missing ml_dtypes still raises
     for name, spec in header.items():
         if name == "__metadata__":
             continue
-        entry = _entry(name, spec, data_start, problems)
+        entry = _entry(name, spec, data_start, problems, codes)
         if entry is not None:
             if entry.offset + entry.nbytes > size:
                 problems.append(
@@ -165,7 +166,8 @@ def bits_of(dtype: np.dtype) -> int:
     return subbyte.BITS.get(dtype.name, dtype.itemsize * 8)
 
 
-def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> TensorEntry | None:
+def _entry(name: str, spec: Any, data_start: int, problems: list[str],
+           codes: dict | None = None) -> TensorEntry | None:
     if not isinstance(spec, dict):
         problems.append(f"{name!r}: expected an object with dtype, shape and data_offsets")
         return None
@@ -184,7 +186,7 @@ def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> Tensor
     ):
         problems.append(f"{name!r}: data_offsets {offsets!r} is not [begin, end] with begin <= end")
         return None
-    dtype, bits = _code_info(code)
+    dtype, bits = _code_info(code, {} if codes is None else codes)
     numel = math.prod(shape)
     if numel * bits >= 8 << 64:
         problems.append(f"{name!r}: {code}{shape} needs more than 2**64 bytes: its shape "
@@ -204,16 +206,14 @@ def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> Tensor
     return TensorEntry(name, dtype, tuple(shape), data_start + offsets[0], expected)
 
 
-_CODES_SEEN: dict[str, tuple[np.dtype, int]] = {}
-
-
-def _code_info(code: str) -> tuple[np.dtype, int]:
+def _code_info(code: str, codes: dict) -> tuple[np.dtype, int]:
     """A header dtype code's stored (little-endian) dtype and bits per element: asked once per
-    code, not once per tensor (NumPy's dtype names cost ~10 us; a header has 100k tensors)."""
-    found = _CODES_SEEN.get(code)
+    code and header, not once per tensor (NumPy's dtype names cost ~10 us; a header has 100k
+    tensors)."""
+    found = codes.get(code)
     if found is None:
         dtype = dtype_from_name(DTYPE_NAMES[code])
-        found = _CODES_SEEN[code] = (dtype.newbyteorder("<"), bits_of(dtype))
+        found = codes[code] = (dtype.newbyteorder("<"), bits_of(dtype))
     return found
 
 
