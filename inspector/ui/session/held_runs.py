@@ -26,6 +26,7 @@ from inspector.core import working_set
 from inspector.core.out_buffers import donating
 from inspector.core.packed import PackedTree
 from inspector.core.working_set import WorkingSet
+from inspector.ui.session import launcher_warm
 from inspector.ui.session.formatting import human_bytes
 
 
@@ -133,6 +134,7 @@ class HeldRuns:
                                  extra_bytes=extra)
         if held is None:
             return None, True
+        launcher_warm.pin(held, {n: trees[n].tree for n in by_id.values()}, device)
 
         def swap(arg):
             if id(arg) in by_id:
