@@ -37,6 +37,7 @@ class RunResult:
         place_seconds: time to move the inputs onto the device (not in the timed runs).
         read_seconds: time to read lazy (checkpoint) leaves and move every input onto the
             device, once per run (includes `place_seconds`; never in `times`).
+        read_bytes: bytes of lazy leaves read in `read_seconds` (`read_gbps`: their rate).
         times: each timed execution, in seconds, each ended by `block_until_ready`.
         median_seconds, min_seconds, max_seconds: over `times`.
         bytes_read, bytes_written: the op's own input and output bytes.
@@ -60,6 +61,14 @@ class RunResult:
     cost: dict
     read_seconds: float = 0.0
     mesh: str | None = None
+    read_bytes: int = 0
+
+    @property
+    def read_gbps(self) -> float:
+        """Bytes of lazy (checkpoint) leaves read per second of `read_seconds`, in GB/s
+        (0.0 when nothing was read): the file side, apart from the kernels' `gbps`."""
+        return self.read_bytes / self.read_seconds / 1e9 if self.read_bytes and \
+            self.read_seconds > 0 else 0.0
 
     @property
     def median_seconds(self) -> float:
@@ -117,7 +126,7 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     # read lazy leaves once here, not inside every timed repeat: file leaves in parallel
     # straight into aligned host buffers (a CPU device then uses them without a copy),
     # remote ones several at once
-    _read_lazy_args(plan)
+    read_bytes = _read_lazy_args(plan)
     place_seconds = plan.place()
     read_seconds = time.perf_counter() - read_start
     result = None
@@ -149,12 +158,14 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
         bytes_written=plan.bytes_written,
         cost=plan.cost(),
         read_seconds=read_seconds,
+        read_bytes=read_bytes,
     )
 
 
-def _read_lazy_args(plan: Plan) -> None:
+def _read_lazy_args(plan: Plan) -> int:
     """Replaces each call's lazy arguments by their data, each leaf read once; data bound
-    for one device is put there now (aliased on the CPU), the rest is left to `place`."""
+    for one device is put there now (aliased on the CPU), the rest is left to `place`.
+    Returns the bytes read."""
     lazy = {id(a): a for call in plan.calls for a in call.args if isinstance(a, LazyArray)}
     values = dict(zip(lazy, read_leaves(lazy.values()), strict=True))
     moved = {}
@@ -173,6 +184,7 @@ def _read_lazy_args(plan: Plan) -> None:
             else:
                 args.append(a)
         call.args = args
+    return sum(a.nbytes for a in lazy.values())
 
 
 def _function_plan(fn: Callable, args: tuple, kwargs: dict, device) -> Plan:
