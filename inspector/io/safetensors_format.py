@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.errors import InspectorError, bullet_list
 from inspector.core.lazy import LazyArray
 from inspector.io import nesting, subbyte
@@ -178,6 +179,7 @@ def _leaves(location: Location, entries: Iterable[TensorEntry]):
 
 
 _NATIVE: dict[np.dtype, tuple[np.dtype, int | None]] = {}
+caches.register_mapping("safetensors native dtypes", _NATIVE)
 
 
 def _native(dtype: np.dtype) -> tuple[np.dtype, int | None]:
