@@ -137,3 +137,17 @@ def test_a_streamed_output_reuses_its_read_buffers(tmp_path, monkeypatch):
     assert 0 < len(made) <= 6  # 40 weight reads through at most two calls' buffers in flight
     ref = 0.5 * va["layer7"]["w"].astype(np.float64) + 0.5 * vb["layer7"]["w"]
     np.testing.assert_allclose(np.asarray(out["layer7"]["w"]), ref, rtol=1e-6)
+
+
+def test_a_tree_of_many_small_leaves_goes_through_the_batched_placement(tmp_path):
+    rng = np.random.default_rng(12)
+    va = {f"k{i}": rng.normal(size=(3,)).astype(np.float32) for i in range(300)}
+    vb = {f"k{i}": rng.normal(size=(3,)).astype(np.float32) for i in range(300)}
+    inspector.save(va, tmp_path / "a.safetensors")
+    inspector.save(vb, tmp_path / "b.safetensors")
+    a, b = (inspector.load(tmp_path / f"{n}.safetensors") for n in "ab")
+    r = inspector.run(inspector.weighted_sum, [a, b], [0.5, 0.25], repeats=1)
+    assert r.read_bytes == 2 * 300 * 3 * 4 and r.read_gbps > 0
+    for k in ("k0", "k299"):
+        ref = 0.5 * va[k].astype(np.float64) + 0.25 * vb[k]
+        np.testing.assert_allclose(np.asarray(r.result[k]), ref, rtol=1e-6, atol=1e-7)
