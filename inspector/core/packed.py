@@ -290,7 +290,10 @@ def pack(tree, lead_dims: int = 0) -> PackedTree:
     """
     if isinstance(tree, PackedTree):
         return tree
-    layout, leaves = plan_layout(tree, lead_dims)
+    return _pack_planned(*plan_layout(tree, lead_dims))
+
+
+def _pack_planned(layout: Layout, leaves: list) -> PackedTree:
     lead = layout.lead
     # aligned and faulted in at once; file leaves are read straight into their slots
     buffers = {d: host_array(lead + (n,), d) for d, n in layout.sizes.items()}
@@ -306,12 +309,15 @@ def read_packed(tree, device) -> PackedTree:
     if isinstance(tree, PackedTree):
         return PackedTree(tree.layout, {g: jax.device_put(b, device)
                                         for g, b in tree.buffers.items()})
-    if device.platform == "cpu":
+    layout, leaves = plan_layout(tree)
+    if device.platform == "cpu" and all(
+            np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(g))) == np.dtype(g)
+            for g in layout.sizes):
         # one copy: read into aligned host buffers that the CPU client then uses as they are
-        host = pack(tree)
+        # (dtypes JAX would convert, float64 without x64, go through the staging path below)
+        host = _pack_planned(layout, leaves)
         buffers = {g: jax.device_put(b, device, may_alias=True) for g, b in host.buffers.items()}
         return PackedTree(host.layout, buffers).with_dtypes(buffers)
-    layout, leaves = plan_layout(tree)
     by_group: dict[str, list] = {g: [] for g in layout.sizes}
     for leaf, slot in zip(leaves, layout.slots, strict=True):
         by_group[slot.group].append((leaf, slot))
