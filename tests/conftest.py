@@ -8,6 +8,9 @@ import os
 # float32) raises instead of promoting. The product states every result dtype up front; the
 # environment variable carries the setting into the apps and kernels the tests start.
 os.environ["JAX_NUMPY_DTYPE_PROMOTION"] = "strict"
+# Compile counts are asserted: kernels must not come from an earlier run's disk cache
+# (tests/core/test_compile_cache.py turns it on in a process of its own).
+os.environ.setdefault("INSPECTOR_COMPILATION_CACHE", "0")
 
 import jax  # noqa: E402  (after the setting above: JAX reads it at import)
 import jax.monitoring

@@ -132,7 +132,7 @@ def _mark_quant(tree, rows: list) -> None:
 
 
 def _walk(node, path: str, key: str, depth: int, rows: list,
-          _ndarray=np.ndarray, _row=Row, _name=dtype_name,
+          _ndarray=np.ndarray, _lazy=LazyArray, _row=Row, _name=dtype_name,
           _max_depth=nodes.MAX_DEPTH) -> tuple[int, int, int]:
     # The hot loop of every view: 100k-leaf trees must describe in well under a second, so
     # NumPy leaves and plain dicts skip the generic path, and globals are bound as defaults.
@@ -140,6 +140,12 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
         nbytes = node.nbytes
         size = node.size
         rows.append(_row(path, key, depth, "leaf", "ndarray", node.shape, _name(node.dtype),
+                         nbytes, 1, size, 0, None))
+        return nbytes, 1, size
+    if type(node) is _lazy and node.sharding is None:  # a checkpoint's leaf: all known
+        size = math.prod(node.shape)
+        nbytes = size * node.dtype.itemsize
+        rows.append(_row(path, key, depth, "leaf", "LazyArray", node.shape, _name(node.dtype),
                          nbytes, 1, size, 0, None))
         return nbytes, 1, size
     if type(node) is dict:

@@ -26,7 +26,8 @@ class LazyArray:
     0.0
     """
 
-    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding", "quant")
+    __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding", "quant",
+                 "region")
 
     def __init__(
         self,
@@ -38,14 +39,17 @@ class LazyArray:
         sharding=None,
         quant: str | None = None,
     ):
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = tuple(map(int, shape))
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self._reader = reader
         self.source = source
         self._cache = cache
         self._value = None
         self.sharding = sharding
         self.quant = quant
+        # (path, offset) when the data is one native row-major run of a local file (its reader
+        # says so): `inspector.core.host_read` reads it in place, with no memory map
+        self.region = getattr(reader, "region", None)
 
     @property
     def ndim(self) -> int:

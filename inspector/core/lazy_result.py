@@ -21,6 +21,7 @@ import numpy as np
 from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
 from inspector.core.plan import Plan
+from inspector.core.stream_inputs import StreamInputs, overlaps
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def lazy_result(plan: Plan, progress: Callable[[StreamProgress], None] | None = 
             "run it in memory instead.")
     sizes = [int(np.prod(info.shape)) * np.dtype(info.dtype).itemsize for info in infos]
     counter = _Counter(sizes, progress)
+    inputs = StreamInputs(plan.calls)
     placeholders = [_Marker(i) for i in range(len(plan.calls))]
     skeleton = plan.assemble(placeholders)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(skeleton)
@@ -71,7 +73,7 @@ def lazy_result(plan: Plan, progress: Callable[[StreamProgress], None] | None = 
         if isinstance(leaf, _Marker):
             info = infos[leaf.i]
             name = f"{plan.op}{jax.tree_util.keystr(path)}"
-            read = _reader(plan, leaf.i, counter)
+            read = _reader(plan, leaf.i, counter, inputs)
             out.append(LazyArray(info.shape, info.dtype, read, source=name))
         else:
             out.append(leaf)  # an input leaf the op leaves as it is (index with ':')
@@ -112,14 +114,24 @@ class _Counter:
         self.progress(report)
 
 
-def _reader(plan: Plan, i: int, counter: _Counter):
+def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs):
     def read() -> np.ndarray:
         counter.started()
-        call, compiled = plan.calls[i], plan.compiled[i]
-        # Arguments move to the device here, one call's worth at a time (not all in `place`).
-        args = [a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a), plan.device)
-                for a in call.args]
-        out = np.asarray(compiled(*args))
+        compiled = plan.compiled[i]
+        values, buffers = inputs.take(i)  # file leaves read ahead into reused buffers
+        try:
+            # Arguments move to the device here, one call's worth at a time (not in `place`);
+            # on the CPU the read buffers are used as they are.
+            args = [a if isinstance(a, jax.Array) else
+                    jax.device_put(a, plan.device, may_alias=True)
+                    if isinstance(a, np.ndarray) and overlaps(a, buffers)
+                    else jax.device_put(np.asarray(a), plan.device) for a in values]
+            out = np.asarray(compiled(*args))
+            del args
+            if buffers and overlaps(out, buffers):
+                out = out.copy()  # the buffers are reused for the next leaves
+        finally:
+            inputs.give_back(buffers)
         counter.finished(i)
         return out
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from inspector.core import nodes
+from inspector.core.device_upload import upload
 from inspector.core.devices import resolve_device
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
-from inspector.core.lazy import read_ahead
+from inspector.core.host_read import fill, host_array
 from inspector.core.leaves import dtype_name, leaf_info
 
 
@@ -290,16 +290,16 @@ def pack(tree, lead_dims: int = 0) -> PackedTree:
     """
     if isinstance(tree, PackedTree):
         return tree
-    layout, leaves = plan_layout(tree, lead_dims)
+    return _pack_planned(*plan_layout(tree, lead_dims))
+
+
+def _pack_planned(layout: Layout, leaves: list) -> PackedTree:
     lead = layout.lead
-    buffers = {d: np.empty(lead + (n,), dtype=np.dtype(d)) for d, n in layout.sizes.items()}
-    for leaf, slot in zip(read_ahead(leaves), layout.slots, strict=True):  # URLs: concurrent
-        buffers[slot.group][..., slot.offset : slot.offset + slot.size] = \
-            np.asarray(leaf).reshape(lead + (slot.size,))
+    # aligned and faulted in at once; file leaves are read straight into their slots
+    buffers = {d: host_array(lead + (n,), d) for d, n in layout.sizes.items()}
+    fill([(leaf, buffers[s.group][..., s.offset : s.offset + s.size])
+          for leaf, s in zip(leaves, layout.slots, strict=True)])
     return PackedTree(layout, buffers)
-
-
-_STAGING_BYTES = 64 * 2**20  # host bytes in flight while `read_packed` fills a device buffer
 
 
 def read_packed(tree, device) -> PackedTree:
@@ -310,50 +310,19 @@ def read_packed(tree, device) -> PackedTree:
         return PackedTree(tree.layout, {g: jax.device_put(b, device)
                                         for g, b in tree.buffers.items()})
     layout, leaves = plan_layout(tree)
+    if device.platform == "cpu" and all(
+            np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(g))) == np.dtype(g)
+            for g in layout.sizes):
+        # one copy: read into aligned host buffers that the CPU client then uses as they are
+        # (dtypes JAX would convert, float64 without x64, go through the staging path below)
+        host = _pack_planned(layout, leaves)
+        buffers = {g: jax.device_put(b, device, may_alias=True) for g, b in host.buffers.items()}
+        return PackedTree(host.layout, buffers).with_dtypes(buffers)
     by_group: dict[str, list] = {g: [] for g in layout.sizes}
     for leaf, slot in zip(leaves, layout.slots, strict=True):
         by_group[slot.group].append((leaf, slot))
-    buffers = {g: _upload(by_group[g], n, np.dtype(g), device) for g, n in layout.sizes.items()}
+    buffers = {g: upload(by_group[g], n, np.dtype(g), device) for g, n in layout.sizes.items()}
     return PackedTree(layout, buffers).with_dtypes(buffers)
-
-
-def _upload(items: list, size: int, dtype: np.dtype, device) -> jax.Array:
-    dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
-    buffer = jnp.zeros((size,), dtype, device=device)
-    chunk = max(1, min(size, _STAGING_BYTES // dtype.itemsize))
-    staging = np.empty(chunk, dtype)
-    filled, start = 0, 0  # elements in staging; where staging[0] goes in the buffer
-
-    def flush(n):
-        nonlocal buffer
-        piece = jax.device_put(staging[:n], device)
-        buffer = _write(buffer, piece, np.int32(start))
-        piece.block_until_ready()  # staging is refilled next: its copy must be done
-
-    for value, (_, slot) in zip(read_ahead(leaf for leaf, _ in items), items, strict=True):
-        data = np.asarray(value).reshape(-1)
-        done = 0
-        while done < slot.size:
-            n = min(chunk - filled, slot.size - done)
-            staging[filled : filled + n] = data[done : done + n]
-            filled += n
-            done += n
-            if filled == chunk:
-                flush(filled)
-                start += filled
-                filled = 0
-        del data
-    if filled:
-        flush(filled)
-    return buffer
-
-
-def _write_piece(buffer, piece, start):
-    return jax.lax.dynamic_update_slice_in_dim(buffer, piece, start, axis=0)
-
-
-# The buffer is donated: each piece is written in place (one compile per piece length).
-_write = jax.jit(_write_piece, donate_argnums=0)
 
 
 def plan_layout(tree, lead_dims: int = 0) -> tuple[Layout, list]:

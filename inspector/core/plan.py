@@ -26,7 +26,7 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import caches
+from inspector.core import caches, compile_cache
 from inspector.core.calls import Call, batch_call, carry, schedule
 from inspector.core.errors import InspectorError
 from inspector.core.lazy import LazyArray
@@ -57,6 +57,7 @@ def _on_event_duration(event: str, duration: float, **_) -> None:
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_event_duration)
+compile_cache.enable()  # kernels compiled by an earlier process come from disk
 
 
 def compile_count() -> int:

@@ -132,7 +132,7 @@ class LocalFile(Location):
         return open(self.local_path, "rb")
 
     def array_reader(self, offset, dtype, shape, order="C"):
-        return mapped_reader(self.local_path, offset, dtype, shape, order)
+        return mapped_reader(self.name, offset, dtype, shape, order)  # a str: no fspath each
 
     def tensorstore_kvstore(self) -> dict:
         return {"driver": "file", "path": f"{self.local_path.absolute()}/"}

@@ -41,12 +41,27 @@ def mapped_reader(
     [[0, 1, 2], [3, 4, 5]]
     >>> os.remove(f.name)
     """
-    path = os.fspath(path)
-    dtype = np.dtype(dtype)
-    shape = tuple(shape)
-    native = dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype
+    return _Mapped(os.fspath(path), offset, np.dtype(dtype), tuple(shape), order)
 
-    def read() -> np.ndarray:
+
+class _Mapped:
+    """`mapped_reader`'s reader: a small object, not a closure (a checkpoint of 100k tensors
+    makes 100k of them). `region` is `(path, offset)` when the bytes are one native row-major
+    run (`LazyArray.region`: read in place with preadv), else None."""
+
+    __slots__ = ("path", "offset", "dtype", "shape", "order", "region")
+
+    def __init__(self, path: str, offset: int, dtype: np.dtype, shape: tuple, order: str):
+        self.path, self.offset, self.dtype, self.shape, self.order = (
+            path, offset, dtype, shape, order)
+        native = dtype.byteorder in "=|" or dtype.isnative
+        self.region = (path, offset) if (
+            native and (order == "C" or len(shape) <= 1) and math.prod(shape) > 0) else None
+
+    def __call__(self) -> np.ndarray:
+        path, offset, dtype, shape, order = (
+            self.path, self.offset, self.dtype, self.shape, self.order)
+        native = dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype
         if math.prod(shape) == 0:
             return np.empty(shape, native, order=order)  # mmap cannot map zero bytes
         try:
@@ -59,5 +74,3 @@ def mapped_reader(
             ) from exc
         array = np.asarray(mapped)
         return array if dtype == native else array.astype(native)
-
-    return read

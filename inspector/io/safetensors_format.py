@@ -18,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from inspector.core import caches
 from inspector.core.errors import InspectorError, bullet_list
 from inspector.core.lazy import LazyArray
 from inspector.io import nesting, subbyte
+from inspector.io.gc_pause import gc_paused
 from inspector.io.locate import locate
 from inspector.io.location import Location
 from inspector.io.replacing import replacing
@@ -48,10 +50,9 @@ def load(path: str | os.PathLike | Location) -> dict:
         LoadError: the header is damaged (see `read_header`) or keys clash when nested.
     """
     location = locate(path)
-    entries = read_header(location)
-    return nesting.unflatten(_leaves(location, entries), location)
-
-
+    with gc_paused():  # 100k tensors make ~1M objects: no collector passes over them meanwhile
+        entries = read_header(location)
+        return nesting.unflatten(_leaves(location, entries), location)
 
 
 def save(flat: dict[str, Any], path: str | os.PathLike,
@@ -101,15 +102,29 @@ def save(flat: dict[str, Any], path: str | os.PathLike,
 
 
 def _leaves(location: Location, entries: Iterable[TensorEntry]):
-    return ((entry.name, _leaf(location, entry)) for entry in entries)
+    prefix = f"{location}:"  # str(location) once, not once per tensor
+    return [(entry.name, _leaf(location, entry, prefix)) for entry in entries]
 
 
-def _leaf(location: Location, entry: TensorEntry) -> LazyArray:
-    native = entry.dtype.newbyteorder("=")
-    bits = subbyte.BITS.get(native.name)
+_NATIVE: dict[np.dtype, tuple[np.dtype, int | None]] = {}
+caches.register_mapping("safetensors native dtypes", _NATIVE)
+
+
+def _native(dtype: np.dtype) -> tuple[np.dtype, int | None]:
+    """The stored dtype in native order, and its bits when packed (F4/F6); once per dtype."""
+    found = _NATIVE.get(dtype)
+    if found is None:
+        native = dtype.newbyteorder("=")
+        found = _NATIVE[dtype] = (native, subbyte.BITS.get(native.name))
+    return found
+
+
+def _leaf(location: Location, entry: TensorEntry, prefix: str | None = None) -> LazyArray:
+    native, bits = _native(entry.dtype)
+    source = (f"{location}:" if prefix is None else prefix) + entry.name
     if bits is None:
         reader = location.array_reader(entry.offset, entry.dtype, entry.shape)
-        return LazyArray(entry.shape, native, reader, source=f"{location}:{entry.name}")
+        return LazyArray(entry.shape, native, reader, source=source)
     packed = location.array_reader(entry.offset, np.dtype(np.uint8), (entry.nbytes,))
     loaded = LOADED_AS.get(native.name, native)
 
@@ -117,7 +132,7 @@ def _leaf(location: Location, entry: TensorEntry) -> LazyArray:
         codes = subbyte.unpack(packed(), bits, math.prod(entry.shape))
         return codes.view(native).reshape(entry.shape).astype(loaded)
 
-    return LazyArray(entry.shape, loaded, read, source=f"{location}:{entry.name}")
+    return LazyArray(entry.shape, loaded, read, source=source)
 
 
 def _shape_dtype(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:

@@ -116,10 +116,11 @@ def read_header(path: str | os.PathLike | Location) -> list[TensorEntry]:
         raise file_error(path, "the safetensors header is not a JSON object")
     data_start, data_size = 8 + header_len, size - 8 - header_len
     entries, problems = [], []
+    codes: dict[str, tuple[np.dtype, int]] = {}  # per header: a missing ml_dtypes still raises
     for name, spec in header.items():
         if name == "__metadata__":
             continue
-        entry = _entry(name, spec, data_start, problems)
+        entry = _entry(name, spec, data_start, problems, codes)
         if entry is not None:
             if entry.offset + entry.nbytes > size:
                 problems.append(
@@ -165,7 +166,8 @@ def bits_of(dtype: np.dtype) -> int:
     return subbyte.BITS.get(dtype.name, dtype.itemsize * 8)
 
 
-def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> TensorEntry | None:
+def _entry(name: str, spec: Any, data_start: int, problems: list[str],
+           codes: dict | None = None) -> TensorEntry | None:
     if not isinstance(spec, dict):
         problems.append(f"{name!r}: expected an object with dtype, shape and data_offsets")
         return None
@@ -173,19 +175,19 @@ def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> Tensor
     if code not in DTYPE_NAMES:
         problems.append(f"{name!r}: unknown dtype {code!r}")
         return None
-    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         problems.append(f"{name!r}: shape {shape!r} is not a list of non-negative integers")
         return None
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
-        or not all(_is_count(o) for o in offsets)
+        or not all(type(o) is int and o >= 0 for o in offsets)  # JSON ints, never bools
         or offsets[0] > offsets[1]
     ):
         problems.append(f"{name!r}: data_offsets {offsets!r} is not [begin, end] with begin <= end")
         return None
-    dtype = dtype_from_name(DTYPE_NAMES[code])
-    numel, bits = math.prod(shape), bits_of(dtype)
+    dtype, bits = _code_info(code, {} if codes is None else codes)
+    numel = math.prod(shape)
     if numel * bits >= 8 << 64:
         problems.append(f"{name!r}: {code}{shape} needs more than 2**64 bytes: its shape "
                         f"overflows the byte count")
@@ -201,9 +203,18 @@ def _entry(name: str, spec: Any, data_start: int, problems: list[str]) -> Tensor
             f"{code}{shape} needs {expected}"
         )
         return None
-    return TensorEntry(
-        name, dtype.newbyteorder("<"), tuple(shape), data_start + offsets[0], expected
-    )
+    return TensorEntry(name, dtype, tuple(shape), data_start + offsets[0], expected)
+
+
+def _code_info(code: str, codes: dict) -> tuple[np.dtype, int]:
+    """A header dtype code's stored (little-endian) dtype and bits per element: asked once per
+    code and header, not once per tensor (NumPy's dtype names cost ~10 us; a header has 100k
+    tensors)."""
+    found = codes.get(code)
+    if found is None:
+        dtype = dtype_from_name(DTYPE_NAMES[code])
+        found = codes[code] = (dtype.newbyteorder("<"), bits_of(dtype))
+    return found
 
 
 def _is_count(value: Any) -> bool:

@@ -315,6 +315,9 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
     from inspector.ui.session.loaded import prepare
 
     prepared = [prepare(name, tree, "command line") for name, tree in (trees or {}).items()]
+    from inspector.ui.session.launcher_warm import keep_warm
+
+    keep_warm(prepared)  # read once by a session, they stay held while the server runs
     if not port:
         import socket
 

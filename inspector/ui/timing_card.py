@@ -19,14 +19,17 @@ def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str,
     else:
         compiled = f"{ms(rr.compile_seconds)} ({plural(rr.n_compiled, 'XLA compilation')})"
     read = getattr(rr, "read_seconds", 0.0)
+    read_bytes = getattr(rr, "read_bytes", 0)
+    rate = f" · {rr.read_gbps:.3g} GB/s read from files ({human_bytes(read_bytes)})" \
+        if read_bytes and read else ""
     lines = [
-        ("read", f"{ms(read)} (lazy leaves read and inputs placed, once per run)" if read
-         else "inputs already in place"),
+        ("read", f"{ms(read)}{rate} (lazy leaves read and inputs placed, once per run)"
+         if read else "inputs already in place"),
         ("compile", compiled),
         (f"run (median of {len(rr.times)})",
          f"{ms(rr.median_seconds)}  ({ms(rr.min_seconds)[:-3]}–{ms(rr.max_seconds)})"),
-        ("throughput", f"{rr.gbps:.3g} GB/s · {human_bytes(rr.bytes_read + rr.bytes_written)}"
-                       " moved"),
+        ("throughput", f"{rr.gbps:.3g} GB/s kernel · "
+                       f"{human_bytes(rr.bytes_read + rr.bytes_written)} moved"),
         ("device", rr.device),
         *([("mesh", f"{rr.mesh} (SPMD over the mesh)")] if getattr(rr, "mesh", None) else []),
         ("kernels per run", f"{rr.n_kernels:,}"),

@@ -8,6 +8,7 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.core import working_set
+from inspector.ui.session import launcher_warm
 from inspector.ui.session.formatting import human_bytes
 
 GIB = 1024**3
@@ -41,10 +42,14 @@ class WorkingSetView(pn.viewable.Viewer):
     @property
     def text(self) -> str:
         """The panel as plain text, one line per tree, then the totals."""
-        lines = [f"{h.name}: {h.where} ({h.device}), {human_bytes(h.nbytes)}"
-                 + (f", shared with {h.shared - 1} other session{'s' * (h.shared > 2)}"
-                    if h.shared > 1 else "")
-                 for h in self._state.held]
+        warm = set(launcher_warm.held_names())  # the launcher's copy is no session's
+        lines = []
+        for h in self._state.held:
+            others = h.shared - 1 - (h.name in warm)
+            lines.append(f"{h.name}: {h.where} ({h.device}), {human_bytes(h.nbytes)}"
+                         + (f", shared with {others} other session{'s' * (others > 1)}"
+                            if others > 0 else "")
+                         + (", kept warm by the launcher" if h.name in warm else ""))
         if not lines:
             lines = ["Nothing held: trees are read when an operation needs them."]
         how = "set" if working_set.budget_is_set() else "follows the free memory"

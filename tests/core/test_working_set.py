@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.core import packed, working_set
+from inspector.core import device_upload, working_set
 from inspector.core.devices import device_name
 from inspector.core.packed import read_packed
 from inspector.core.working_set import WorkingSet
@@ -32,7 +32,7 @@ def lazy_tree(tracker, seed, n=6, shape=(40, 25)):
 
 
 def test_read_once_then_reused_by_every_op(monkeypatch):
-    monkeypatch.setattr(packed, "_STAGING_BYTES", 1000)  # leaves span staging chunks
+    monkeypatch.setattr(device_upload, "_STAGING_BYTES", 1000)  # off the CPU: spans chunks
     tracker = Tracker()
     (va, a), (vb, b) = lazy_tree(tracker, 0), lazy_tree(tracker, 1)
     ws = WorkingSet()

@@ -322,7 +322,10 @@ def test_runs_show_once_then_time_their_repeats_on_the_working_set(tmp_path):
     s.param.watch(lambda e: e.new is not None and shown.append(len(e.new.times)), "result")
     s.param.trigger("run")
     assert shown == [1, 4]  # the result first (one execution), then its timed repeats
-    assert re.fullmatch(r"weighted_sum finished in [0-9.]+ ms on cpu:0 \(run 1\)", s.run_status)
+    # the first run read both files: the status says at what rate, apart from the kernel's
+    assert re.fullmatch(r"weighted_sum finished in [0-9.]+ ms on cpu:0 \(run 1\) · read "
+                        r"[0-9.e+-]+ GB/s, kernel [0-9.e+-]+ GB/s", s.run_status)
+    assert s.result.read_bytes == 2 * (50 * 40 + 40) * 4  # each file's bytes, once
     assert sorted(h.name for h in s.held) == ["a", "b"]
     a, b = (inspector.load(tmp_path / f"{n}.safetensors") for n in ("a", "b"))
     want = 0.25 * np.asarray(a["w"], np.float64) + 0.75 * np.asarray(b["w"], np.float64)

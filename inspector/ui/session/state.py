@@ -527,7 +527,9 @@ class InspectorState(param.Parameterized):
             self.param.update(result=rr, result_name=job.label, error="", eager_seconds=eager_s,
                               eager_max_diff=diff, history=[*self.history, record],
                               run_status=f"{rr.op} finished in {rr.median_seconds * 1e3:.1f} ms "
-                                         f"on {rr.device} (run {record.run})",
+                                         f"on {rr.device} (run {record.run})" + (
+                                  f" · read {rr.read_gbps:.3g} GB/s, kernel {rr.gbps:.3g} GB/s"
+                                  if getattr(rr, "read_bytes", 0) else ""),
                               held=self.runs.held())
             # A result spread over several hosts is timed once: its repeats would be
             # collectives every process must run in step, which the page's cancellable,
