@@ -146,7 +146,7 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
         size = math.prod(node.shape)
         nbytes = size * node.dtype.itemsize
         rows.append(_row(path, key, depth, "leaf", "LazyArray", node.shape, _name(node.dtype),
-                         nbytes, 1, size, 0, None))
+                         nbytes, 1, size, 0, None, None, node.quant))
         return nbytes, 1, size
     if type(node) is dict:
         kind, kids = nodes.DICT, [(f"[{k!r}]", node[k]) for k in nodes.sorted_keys(node)]
