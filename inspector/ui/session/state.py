@@ -2,14 +2,16 @@
 
 Views only show these params and set them; the state does the work. That keeps each view
 testable by setting params (no browser), and keeps sessions apart: the app builds one state
-per session. Long work (loading a checkpoint, compiling and timing an op) runs in a worker
-thread when `background` is on (the served app), synchronously otherwise (tests, scripts).
+per session. This module holds the trees, the selection, the op settings (the job), the result
+and the history; beside it, each with its own params: `worker` (every long task, run in a
+worker thread when `background` is on, at once otherwise; one error policy; `running` names
+the task), `open` (`OpenState`: files, uploads, URLs), `compare` (`CompareState`: the diff),
+`mesh` (`MeshState`), `health` (`HealthState`); `run_tasks` runs the op, times and keeps it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -23,21 +25,17 @@ from inspector.ui.session.compare_state import CompareState
 from inspector.ui.session.example_sets import EXAMPLE_SETTINGS, example_trees
 from inspector.ui.session.health_state import HealthState
 from inspector.ui.session.held_runs import HeldRuns
-from inspector.ui.session.hosts import led_keep, led_run, shared_now, spans_hosts
 from inspector.ui.session.loaded import LoadedTree, prepare
 from inspector.ui.session.mesh_state import MeshState
 from inspector.ui.session.op_settings import OpSettings, settings_classes
 from inspector.ui.session.open_state import OpenState
 from inspector.ui.session.records import Job, RunRecord
+from inspector.ui.session.run_tasks import REPEAT_DELAY, keep_task, run_task
 from inspector.ui.session.tree_index import index_for
 from inspector.ui.session.tree_view_state import VIEWS, TreeViewState
 from inspector.ui.session.worker import Task, Worker, error_text
 
 __all__ = ["InspectorState", "error_text", "REPEAT_DELAY"]
-
-REPEAT_DELAY = 1.0
-"""Seconds a served session waits after showing a result before timing its repeats: a user
-still changing weights gets each result without waiting for repeats of the last one."""
 
 
 class InspectorState(param.Parameterized):
@@ -243,16 +241,6 @@ class InspectorState(param.Parameterized):
         self.worker.submit("loading", Task(f"Loading {name} …", work,
                                            lambda loaded: self._add_example(name, loaded, True)))
 
-    def stream_progress(self, progress) -> None:
-        """Shows how far a run streamed into a file has got (leaves written / total, rate) as
-        the status and the progress bar; called by the running thread."""
-        from inspector.ui.session.formatting import human_bytes
-
-        self.worker.progress(progress.done, progress.total,
-                             f"Writing the result to a file (larger than the memory budget): "
-                             f"{progress.done} / {progress.total} leaves, "
-                             f"{human_bytes(progress.rate)}/s")
-
     @param.depends("remove_tree", watch=True)
     def _on_remove_tree(self):
         name = self.selected
@@ -318,109 +306,15 @@ class InspectorState(param.Parameterized):
     @param.depends("run", watch=True)
     def _on_run(self):
         self.runs.new_generation()  # timed repeats running now stop at their next execution
-        self.worker.submit("running", self._run_task, coalesce=True)
-
-    def _run_task(self):
-        job = self.job()  # built when the run starts, so a queued run uses the latest settings
-        device, repeats, eager = self.device, self.repeats, self.compare_eager
-        generation = self.runs.new_generation()  # older timed repeats stop
-        loaded = dict(self.trees)
-
-        def work():
-            # Once, on the working set (read once, then reused): the page shows this result
-            # now; the timed repeats follow as their own work (`_repeat_task`).
-            rr = self.runs.run_once(job, loaded, device, progress=self.stream_progress)
-            index_for(rr.result)  # describe the result here, off the event loop
-            eager_s = diff = None
-            if eager and job.eager is not None:  # merges have no eager reference
-                from inspector.ui.session.eager import max_abs_diff, time_eager
-
-                eager_s, reference = time_eager(job.eager(device), repeats=min(repeats, 3))
-                diff = max_abs_diff(rr.result, reference)
-            return rr, eager_s, diff
-
-        work = led_run(self, job, work)  # followers run it too when its inputs span hosts
-
-        def done(out):
-            rr, eager_s, diff = out
-            record = RunRecord.of(len(self.history) + 1, job, rr, eager_s, device, repeats)
-            view, same = self.tree_views["result"], self.result_name == job.label
-            view.param.update(expanded=view.expanded if same else
-                              index_for(rr.result).default_expanded(),
-                              path=view.path if same else "")
-            self.param.update(result=rr, result_name=job.label, error="", eager_seconds=eager_s,
-                              eager_max_diff=diff, history=[*self.history, record],
-                              run_status=f"{rr.op} finished in {rr.median_seconds * 1e3:.1f} ms "
-                                         f"on {rr.device} (run {record.run})",
-                              held=self.runs.held())
-            # A result spread over several hosts is timed once: its repeats would be
-            # collectives every process must run in step, which the page's cancellable,
-            # delayed repeats cannot promise (a follower would wait in one for ever).
-            if repeats > 1 and not rr.cost.get("streamed") and not spans_hosts(rr.result):
-                def time_it():
-                    if self.runs.current(generation):  # no newer run meanwhile
-                        self.worker.submit("timing", lambda: self._repeat_task(
-                            job, loaded, device, repeats, generation, rr), coalesce=True)
-
-                # Served: not while the user is still changing settings (the session stays
-                # free meanwhile, so the next change starts at once).
-                self.worker.later(REPEAT_DELAY if self.background else 0, time_it)
-
-        return Task(f"Running {job.op} on {device} …", work, done)
-
-    def _repeat_task(self, job, loaded, device, repeats, generation, first):
-        """The timed repeats of the run that gave `first`: after the page showed its result,
-        cancelled by the next run; the timing card and history then show their median."""
-
-        def work():
-            return self.runs.repeat(job, loaded, device, repeats, generation, first)
-
-        def done(rr):
-            if self.runs.current(generation) and self.result is first:
-                if self.history:
-                    last = dataclasses.replace(
-                        self.history[-1], median_ms=rr.median_seconds * 1e3,
-                        min_ms=rr.min_seconds * 1e3, max_ms=rr.max_seconds * 1e3, gbps=rr.gbps)
-                    self.history = [*self.history[:-1], last]
-                self.param.update(result=rr, held=self.runs.held())
-
-        def failed(text):  # a newer run stopped these repeats: nothing to say
-            if self.runs.current(generation):
-                self.error = text
-
-        return Task(f"Timing {job.op}: {repeats} runs …", work, done, failed)
+        self.worker.submit("running", lambda: run_task(self), coalesce=True)
 
     @param.depends("keep_result", watch=True)
     def _on_keep_result(self):
-        rr, label = self.result, self.result_name
-        if rr is None:
+        if self.result is None:
             self.error = "Nothing to keep yet: run an operation first."
             return
         self._kept += 1
-        base = f"{rr.op}_{self._kept}"
-        self.runs.pin(rr.result)  # a loaded tree now: later runs must not write into it
-
-        def work():
-            buffers = rr.result.buffers.values() if isinstance(rr.result, inspector.PackedTree) \
-                else ()
-            if any(getattr(b, "is_deleted", lambda: False)() for b in buffers):
-                raise inspector.InspectorError(
-                    "The result was replaced by a newer run before it could be kept: keep the "
-                    "result shown now.")
-            if rr.op == "unstack":
-                return [prepare(f"{base}[{i}]", t, f"result of {label}[{i}]")
-                        for i, t in enumerate(rr.result)]
-            return [prepare(base, rr.result, f"result of {label}")]
-
-        work = led_keep(self, rr.result, work)
-
-        def done(loaded):
-            names = [self.add(t) for t in loaded]
-            if spans_hosts(rr.result):
-                shared_now(self, names)
-            self.selected = names[0]
-
-        self.worker.submit("keeping", Task(f"Keeping {label} …", work, done))
+        self.worker.submit("keeping", keep_task(self, f"{self.result.op}_{self._kept}"))
 
     def new_worker(self) -> Worker:
         """The worker this session runs its tasks in."""
