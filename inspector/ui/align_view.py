@@ -74,7 +74,8 @@ class AlignView(pn.viewable.Viewer):
         self.align.param.watch(next_tick(self._update_table), ["alignment"])
         self.align.param.watch(self._update_error, ["error"])
         self.align.param.watch(self._update_editor, ["selected", "alignment"])
-        state.param.watch(self._update_buttons, ["diff_a", "diff_b", "trees", "busy"])
+        state.param.watch(self._update_buttons, ["trees", "busy"])
+        state.compare.param.watch(self._update_buttons, ["diff_a", "diff_b"])
         self._update_buttons()
         self._update_table()
         self._update_error()
@@ -102,7 +103,8 @@ class AlignView(pn.viewable.Viewer):
 
     def start(self) -> None:
         """Aligns the Compare view's a (source) onto its b (target)."""
-        self.align.param.update(source=self._state.diff_a, target=self._state.diff_b)
+        c = self._state.compare
+        self.align.param.update(source=c.diff_a, target=c.diff_b)
         self.align.param.trigger("align")
 
     def pair(self) -> None:
@@ -119,9 +121,9 @@ class AlignView(pn.viewable.Viewer):
 
     def _update_buttons(self, *_):
         s = self._state
-        self.align_button.disabled = not (s.diff_a in s.trees and s.diff_b in s.trees
-                                          and s.diff_a != s.diff_b)
-        self.align_button.label = (f"Align {s.diff_a} onto {s.diff_b}"
+        a, b = s.compare.diff_a, s.compare.diff_b
+        self.align_button.disabled = not (a in s.trees and b in s.trees and a != b)
+        self.align_button.label = (f"Align {a} onto {b}"
                                    if not self.align_button.disabled else "Align a onto b")
         a = self.align.alignment
         self.convert_button.disabled = a is None or not a.complete or s.busy

@@ -171,8 +171,8 @@ def new_session(defaults: bool = True, background: bool = True, trees=(), root=N
                 remote_prefixes: list[str] | None = None) -> tuple[InspectorState, str]:
     """`new_state`, and the view the page opens on (`preselect.OPERATIONS` or `COMPARE`)."""
     root = default_root() if root is None else str(root)
-    state = InspectorState(background=background, file_root=root,
-                           remote_prefixes=remote_prefixes)
+    state = InspectorState(background=background, file_root=root)
+    state.open.remote_prefixes = remote_prefixes
     if defaults:
         state.load_defaults()
     names = [state.add(loaded) for loaded in trees]

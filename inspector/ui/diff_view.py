@@ -43,16 +43,17 @@ class DiffSummary(pn.viewable.Viewer):
         super().__init__(**params)
         self._state = state
         self.html = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
-        state.param.watch(self._update, ["diff_result", "busy"])
+        state.compare.param.watch(self._update, ["diff_result"])
+        state.param.watch(self._update, ["busy"])
         self._update()
 
     def __panel__(self):
         return self.html
 
     def _update(self, *_):
-        d = self._state.diff_result
+        d = self._state.compare.diff_result
         if d is None:
-            busy = self._state.busy and self._state.status.startswith("Comparing")
+            busy = self._state.running in ("comparing", "comparing values")
             self.html.object = "<p>Comparing …</p>" if busy else ""
             return
         n = len(d.differences)
@@ -90,29 +91,29 @@ class DiffTreeView(pn.viewable.Viewer):
         self._heat: tuple = (None, {})  # (the diff_table it was made from, heat by path)
         self.lazy = LazyTree(state.tree_views["diff"], self._shown, max_height=620)
         self.tree = self.lazy.tree
-        state.param.watch(self.lazy.update, ["diff_result", "diff_only", "diff_values",
-                                             "diff_table"])
+        state.compare.param.watch(self.lazy.update, ["diff_result", "diff_only", "diff_values",
+                                                     "diff_table"])
         self.lazy.update()
 
     def __panel__(self):
         return self.tree
 
     def index(self):
-        d = self._state.diff_result
-        return None if d is None else d.index(self._state.diff_only)
+        d = self._state.compare.diff_result
+        return None if d is None else d.index(self._state.compare.diff_only)
 
     def _shown(self):
-        d, index = self._state.diff_result, self.index()
+        d, index = self._state.compare.diff_result, self.index()
         if index is None:
             return None
         return index, {"root_label": f"{d.a.name} vs {d.b.name}",
-                       "values": self._state.diff_values, "heat": self.heat()}
+                       "values": self._state.compare.diff_values, "heat": self.heat()}
 
     def heat(self) -> dict:
         """{node path: {"color", "title"}} from the whole-tree value diff ({} until asked)."""
         from inspector.ui.session.value_table import heat_by_path
 
-        table = self._state.diff_table
+        table = self._state.compare.diff_table
         if self._heat[0] is not table:
             self._heat = (table, heat_by_path(table))
         return self._heat[1]
@@ -144,8 +145,9 @@ class DiffLeafView(pn.viewable.Viewer):
                          for k in ("a", "b", "delta")}
         self._plots = pmui.Column(sizing_mode="stretch_width", margin=0, visible=False)
         self._view = state.tree_views["diff"]
-        state.param.watch(self._update, ["diff_result", "diff_values", "busy"])
-        state.param.watch(next_tick(self._update_histograms), ["diff_histograms"])
+        state.compare.param.watch(self._update, ["diff_result", "diff_values"])
+        state.param.watch(self._update, ["busy"])
+        state.compare.param.watch(next_tick(self._update_histograms), ["diff_histograms"])
         self._view.param.watch(self._update, "path")
         self._view.param.watch(self._update_histograms, "path")
         self._update()
@@ -154,7 +156,7 @@ class DiffLeafView(pn.viewable.Viewer):
         return pmui.Column(self.html, self._plots, sizing_mode="stretch_width", margin=0)
 
     def _update_histograms(self, *_):
-        hists = self._state.diff_histograms.get(self._view.path) or {}
+        hists = self._state.compare.diff_histograms.get(self._view.path) or {}
         for key, source in self._sources.items():
             counts, edges = hists.get(key, ([], [0]))
             source.data = {"left": list(edges[:-1]), "right": list(edges[1:]),
@@ -176,7 +178,7 @@ class DiffLeafView(pn.viewable.Viewer):
         self._plots.visible = bool(hists)
 
     def _update(self, *_):
-        d, path = self._state.diff_result, self._view.path
+        d, path = self._state.compare.diff_result, self._view.path
         if d is None or not path or d.row(path) is None:
             self.html.object = ("<p style='color:var(--mui-palette-text-secondary)'>Select a "
                                 "node to see both sides; selecting a leaf compares its values."
@@ -198,7 +200,7 @@ class DiffLeafView(pn.viewable.Viewer):
             lines += [f"<div style='font-size:12.5px'>{html.escape(KIND_HELP[x.kind])}</div>"
                       for x in found]
         if d.comparable(path):
-            value = self._state.diff_values.get(path)
+            value = self._state.compare.diff_values.get(path)
             if value is None:
                 text = "reading both leaves …" if self._state.busy else ""
             elif isinstance(value, str):
@@ -220,7 +222,7 @@ class DiffValuesView(pn.viewable.Viewer):
         super().__init__(**params)
         self._state = state
         self.button = pmui.Button.from_param(
-            state.param.diff_compare_values, label="Compare all values", icon="insights",
+            state.compare.param.diff_compare_values, label="Compare all values", icon="insights",
             variant="outlined", margin=(5, 10))
         self.table = pn.widgets.Tabulator(
             _frame([]), show_index=False, disabled=True, pagination="local", page_size=15,
@@ -234,7 +236,7 @@ class DiffValuesView(pn.viewable.Viewer):
         # Determinate while the value diff reports how far it is (it streams lazy leaves)
         self.progress = pmui.LinearProgress(variant="determinate", value=0, visible=False,
                                             sizing_mode="stretch_width", margin=(0, 10))
-        state.param.watch(next_tick(self._update), ["diff_table", "diff_result"])
+        state.compare.param.watch(next_tick(self._update), ["diff_table", "diff_result"])
         state.param.watch(self._update_progress, ["busy", "progress", "status"])
         self._update()
 
@@ -243,12 +245,12 @@ class DiffValuesView(pn.viewable.Viewer):
 
     def _update_progress(self, *_):
         s = self._state
-        running = s.busy and s.status.startswith(("Comparing values", "Comparing the values"))
+        running = s.running == "comparing values"
         self.progress.param.update(visible=running, value=s.progress or 0)
 
     def _update(self, *_):
-        rows = self._state.diff_table
-        self.button.disabled = self._state.diff_result is None
+        rows = self._state.compare.diff_table
+        self.button.disabled = self._state.compare.diff_result is None
         self.table.visible = bool(rows)
         self.table.value = _frame(rows)
 
@@ -274,24 +276,26 @@ class DiffView(pn.viewable.Viewer):
                              margin=(5, 10))
         self.swap = pmui.Button(label="Swap", icon="swap_horiz", variant="text",
                                 align="center", margin=(5, 0))
-        self.only = pmui.Switch.from_param(state.param.diff_only, label="only differences",
+        self.only = pmui.Switch.from_param(state.compare.param.diff_only, label="only differences",
                                            align="center", margin=(5, 10))
-        self.a.param.watch(lambda e: setattr(state, "diff_a", e.new or ""), "value")
-        self.b.param.watch(lambda e: setattr(state, "diff_b", e.new or ""), "value")
-        self.swap.on_click(lambda _: state.param.update(diff_a=state.diff_b, diff_b=state.diff_a))
+        c = state.compare
+        self.a.param.watch(lambda e: setattr(c, "diff_a", e.new or ""), "value")
+        self.b.param.watch(lambda e: setattr(c, "diff_b", e.new or ""), "value")
+        self.swap.on_click(lambda _: c.param.update(diff_a=c.diff_b, diff_b=c.diff_a))
         self.summary = DiffSummary(state)
         self.tree = DiffTreeView(state)
         self.leaf = DiffLeafView(state)
         self.values = DiffValuesView(state)
         self.port = AlignView(state)  # a onto b: porting between frameworks
         self.hint = pmui.Typography(_HINT, variant="body2", margin=(10, 10))
-        state.param.watch(self._update_choices, ["trees", "diff_a", "diff_b"])
-        state.param.watch(self._update_visible, ["diff_result"])
+        state.param.watch(self._update_choices, ["trees"])
+        c.param.watch(self._update_choices, ["diff_a", "diff_b"])
+        c.param.watch(self._update_visible, ["diff_result"])
         names = list(state.trees)
-        if not (state.diff_a or state.diff_b) and len(names) >= 2:
+        if not (state.compare.diff_a or state.compare.diff_b) and len(names) >= 2:
             # Opened with nothing chosen: the first two trees. Left empty, the page's pickers
             # showed no value, yet sent their first option back, so it compared t1 with t1.
-            state.param.update(diff_a=names[0], diff_b=names[1])
+            c.param.update(diff_a=names[0], diff_b=names[1])
         self._update_choices()
         self._update_visible()
 
@@ -309,8 +313,8 @@ class DiffView(pn.viewable.Viewer):
 
     def _update_choices(self, *_):
         names = list(self._state.trees)
-        self.a.param.update(options=names, value=self._state.diff_a or None)
-        self.b.param.update(options=names, value=self._state.diff_b or None)
+        self.a.param.update(options=names, value=self._state.compare.diff_a or None)
+        self.b.param.update(options=names, value=self._state.compare.diff_b or None)
 
     def _update_visible(self, *_):
-        self.hint.visible = self._state.diff_result is None
+        self.hint.visible = self._state.compare.diff_result is None

@@ -26,9 +26,10 @@ class FileOpener(pn.viewable.Viewer):
                 directory=state.file_root, root_directory=state.file_root, size=6,
                 sizing_mode="stretch_width", margin=(5, 10))
             self.picker.param.watch(self._on_pick, "value")
-            state.param.watch(self._update_pick, "open_paths")
+            state.open.param.watch(self._update_pick, "open_paths")
         self.open = pmui.Button.from_param(
-            state.param.open_files, label="Open selected", icon="folder_open", variant="outlined",
+            state.open.param.open_files, label="Open selected", icon="folder_open",
+            variant="outlined",
             sizing_mode="stretch_width", disabled=state.param.busy)
         self.upload = UploadInput(
             label=f"Upload a file (up to {human_bytes(MAX_UPLOAD_BYTES)})", multiple=False,
@@ -38,24 +39,24 @@ class FileOpener(pn.viewable.Viewer):
         self.upload.param.watch(self._on_received, "received")
         self.upload.param.watch(self._on_refused, "refused")
         self.url = self.open_url = None
-        if state.remote_prefixes is not None:
+        if state.open.remote_prefixes is not None:
             # a URL the server fetches: only when the app was started allowing it
             self.url = EnterInput(
                 label="Open URL", placeholder="https://…, s3://…, gs://…, hf://…",
-                value=state.open_url_text, sizing_mode="stretch_width", margin=(5, 10))
+                value=state.open.open_url_text, sizing_mode="stretch_width", margin=(5, 10))
             self.url.param.watch(self._on_url, ["value", "value_input"])
-            self.url.param.watch(lambda _: state.param.trigger("open_url"), "enter_pressed")
+            self.url.param.watch(lambda _: state.open.param.trigger("open_url"), "enter_pressed")
             # Off until the server holds the typed URL: the page sends the text after it
             # redraws the field, a click at once, so a quick click could open the old text.
             self.open_url = pmui.Button.from_param(
-                state.param.open_url, label="Open URL", icon="cloud_download",
+                state.open.param.open_url, label="Open URL", icon="cloud_download",
                 variant="outlined", sizing_mode="stretch_width",
                 disabled=param.bind(lambda busy, text: busy or not text.strip(),
-                                    state.param.busy, state.param.open_url_text))
+                                    state.param.busy, state.open.param.open_url_text))
         self._error = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)
         self.alert = pmui.Alert(self._error, severity="error", title="Could not open",
                                 sizing_mode="stretch_width", visible=False, margin=(5, 10))
-        state.param.watch(self._update_error, "open_error")
+        state.open.param.watch(self._update_error, "open_error")
 
     def __panel__(self):
         title = pmui.Typography("Open a checkpoint", variant="subtitle2", margin=(5, 10, 0, 10))
@@ -71,7 +72,7 @@ class FileOpener(pn.viewable.Viewer):
         return pmui.Column(*parts, sizing_mode="stretch_width")
 
     def _url_parts(self) -> list:
-        prefixes = self._state.remote_prefixes
+        prefixes = self._state.open.remote_prefixes
         if prefixes is None:
             off = ("Opening URLs is off. Start the app with --allow-remote (or "
                    f"{REMOTE_ENV}=1) to open http(s)://, s3://, gs:// and hf:// checkpoints.")
@@ -88,32 +89,32 @@ class FileOpener(pn.viewable.Viewer):
         return parts
 
     def _on_url(self, event):
-        self._state.open_url_text = event.new or ""
+        self._state.open.open_url_text = event.new or ""
 
     def _on_pick(self, event):
-        self._state.open_paths = [str(p) for p in event.new]
+        self._state.open.open_paths = [str(p) for p in event.new]
 
     def _update_pick(self, *_):
-        if [str(p) for p in self.picker.value] != self._state.open_paths:
-            self.picker.value = list(self._state.open_paths)
+        if [str(p) for p in self.picker.value] != self._state.open.open_paths:
+            self.picker.value = list(self._state.open.open_paths)
 
     def _on_upload(self, event):
         if event.new is None:
             return
         data, filename = event.new, self.upload.filename
         self.upload.clear()  # the same file may be uploaded again
-        self._state.open_upload(filename, data)
+        self._state.open.open_upload(filename, data)
 
     def _on_received(self, event):
         if event.new is not None:
             filename, path = event.new
-            self._state.open_upload(filename, path)
+            self._state.open.open_upload(filename, path)
 
     def _on_refused(self, event):
         if event.new:
-            self._state.open_error = event.new
+            self._state.open.open_error = event.new
 
     def _update_error(self, *_):
-        error = self._state.open_error
+        error = self._state.open.open_error
         self._error.object = pre(error, css_class="open-error") if error else ""
         self.alert.visible = bool(error)

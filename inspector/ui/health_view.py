@@ -85,7 +85,7 @@ class HealthView(pn.viewable.Viewer):
 
     def _update_progress(self, *_):
         s = self._state
-        running = s.busy and s.status.startswith("Scanning")
+        running = s.running == "scanning"
         self.progress.param.update(visible=running, value=s.progress or 0)
 
     def _update_summary(self, *_):

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import panel as pn
 import panel_material_ui as pmui
-import param
 
 from inspector import InspectorError
 from inspector.ui import notebook_patches
 from inspector.ui.app import InspectorApp
 from inspector.ui.session.preselect import COMPARE, preselect
 from inspector.ui.session.state import InspectorState
+from inspector.ui.session.worker import Worker, WorkerAtOnce
 
 SOURCE = "notebook"
 
@@ -130,18 +130,12 @@ class NotebookState(InspectorState):
     widget (Run, a moved weight) runs in a worker thread, so the kernel stays free; work asked
     for by a cell's code runs at once, so the cell's next line sees its result."""
 
-    remote_prefixes = param.List(default=[], allow_None=True, doc="URL prefixes `open_url` may "
-                                 "open: any, in a notebook (the user's own kernel fetches them).")
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.open.remote_prefixes = []  # any URL: the user's own kernel fetches it
 
-    def _submit(self, make, coalesce: str | None = None) -> None:
-        if not self.background or _in_widget_message():
-            super()._submit(make, coalesce)
-            return
-        self.background = False
-        try:
-            super()._submit(make, coalesce)
-        finally:
-            self.background = True
+    def new_worker(self) -> Worker:
+        return WorkerAtOnce(self, _in_widget_message)
 
 
 def _in_widget_message() -> bool:

@@ -92,7 +92,7 @@ class TimelineView(pn.viewable.Viewer):
 
     def _update_progress(self, *_):
         s = self._state
-        running = s.busy and s.status.startswith(("Reading checkpoints", "Building the timeline"))
+        running = s.running == "building the timeline"
         self.progress.param.update(visible=running, value=s.progress or 0)
 
     def _figure(self, data: dict | None):

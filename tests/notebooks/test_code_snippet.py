@@ -114,8 +114,9 @@ def test_kept_results_are_rebuilt_from_the_run_that_made_them(served):
 
 def test_checkpoint_files_are_loaded_by_path(served, tmp_path, monkeypatch):
     inspector.save(examples.mlp_params(), tmp_path / "ckpt.npz")
-    served.param.update(file_root=str(tmp_path), open_paths=[str(tmp_path / "ckpt.npz")])
-    served.param.trigger("open_files")
+    served.file_root = str(tmp_path)
+    served.open.open_paths = [str(tmp_path / "ckpt.npz")]
+    served.open.param.trigger("open_files")
     served.ops["weighted_sum"].param.update(trees=["ckpt.npz", "params"], weights=[1, -1])
     served.op = "weighted_sum"
     served.param.trigger("run")

@@ -178,8 +178,9 @@ def test_two_trees_that_differ_open_on_their_comparison():
     model, old = examples.s5_model(), examples.s5_checkpoint()
     widget = Inspector(model=model, checkpoint=old)
     s = widget.state
-    assert (s.diff_a, s.diff_b) == ("model", "checkpoint") and widget.tabs.active == 1
-    assert s.diff_result is not None
+    c = s.compare
+    assert (c.diff_a, c.diff_b) == ("model", "checkpoint") and widget.tabs.active == 1
+    assert s.compare.diff_result is not None
     t1, t2 = examples.s1_trees()[:2]
     assert Inspector(t1=t1, t2=t2).tabs.active == 0  # one structure: the operations
 

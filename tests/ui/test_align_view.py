@@ -27,9 +27,9 @@ def state(tmp_path):
     write_torch(tmp_path / "cnn.pt", torch)
     inspector.save(flax, tmp_path / "cnn_flax.safetensors")
     s = InspectorState(file_root=str(tmp_path))
-    s.param.update(open_paths=[str(tmp_path / "cnn.pt"), str(tmp_path / "cnn_flax.safetensors")])
-    s.param.trigger("open_files")
-    s.param.update(diff_a="cnn.pt", diff_b="cnn_flax.safetensors")
+    s.open.open_paths = [str(tmp_path / "cnn.pt"), str(tmp_path / "cnn_flax.safetensors")]
+    s.open.param.trigger("open_files")
+    s.compare.param.update(diff_a="cnn.pt", diff_b="cnn_flax.safetensors")
     return s
 
 
@@ -75,10 +75,10 @@ def test_convert_adds_the_port_and_the_value_comparison_shows_no_difference(stat
     align.override("['params']['head']['kernel']", "['encoder']['head']['weight']")
     view.convert_button.clicks += 1
     assert align.converted == "cnn.pt ported" and "cnn.pt ported" in state.trees
-    assert (state.diff_a, state.diff_b) == ("cnn_flax.safetensors", "cnn.pt ported")
-    d = state.diff_result
+    assert (state.compare.diff_a, state.compare.diff_b) == ("cnn_flax.safetensors", "cnn.pt ported")
+    d = state.compare.diff_result
     assert d.differences == [] and d.matched == 21
-    leaves = [r for r in state.diff_table if r["kind"] == "leaf"]
+    leaves = [r for r in state.compare.diff_table if r["kind"] == "leaf"]
     assert len(leaves) == 21 and all(r["max_abs"] == 0 for r in leaves)
 
 

@@ -121,11 +121,11 @@ def test_checkpoints_of_different_structures_open_on_their_comparison(tmp_path, 
     page = _launched_page(tmp_path, monkeypatch, files)
     view, state = page.inspector, page.inspector.state
     assert view.tabs.active == 1 and len(view.tabs[1]) == 1  # the Compare tab, drawn
-    assert (state.diff_a, state.diff_b) == ("small.safetensors", "wide.safetensors")
+    assert (state.compare.diff_a, state.compare.diff_b) == ("small.safetensors", "wide.safetensors")
     assert "wide.safetensors" not in state.ops["weighted_sum"].trees
     assert state.error == "" and "Cannot" not in state.form_error  # was "Cannot take a
     # weighted sum ... 2 differences" in red: the form now holds no trees of another structure
-    assert [(d.path, d.kind) for d in state.diff_result.differences] == [("['w']", "shape")]
+    assert [(d.path, d.kind) for d in state.compare.diff_result.differences] == [("['w']", "shape")]
 
 
 def test_one_checkpoint_opens_on_its_tree(tmp_path, monkeypatch):

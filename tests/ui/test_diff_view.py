@@ -33,14 +33,14 @@ def state(tmp_path):
     inspector.save(OLD, tmp_path / "old.safetensors")
     s = InspectorState(file_root=str(tmp_path))
     s.add_tree("model", MODEL)
-    s.param.update(open_paths=[str(tmp_path / "old.safetensors")])
-    s.param.trigger("open_files")
-    s.param.update(diff_a="model", diff_b="old.safetensors")
+    s.open.param.update(open_paths=[str(tmp_path / "old.safetensors")])
+    s.open.param.trigger("open_files")
+    s.compare.param.update(diff_a="model", diff_b="old.safetensors")
     return s
 
 
 def test_summary_counts_every_kind_of_difference(state):
-    d = state.diff_result
+    d = state.compare.diff_result
     kinds = [(x.path, x.kind) for x in d.differences]
     assert kinds == [
         ("['blocks']", "type"), ("['blocks'][0]", "missing"), ("['blocks'][1]", "missing"),
@@ -98,12 +98,12 @@ def test_only_differences_hides_matching_nodes(tmp_path):
     s = InspectorState()
     s.add_tree("a", a)
     s.add_tree("b", b)
-    s.param.update(diff_a="a", diff_b="b")
+    s.compare.param.update(diff_a="a", diff_b="b")
     view = DiffView(s)
     assert "['same']" in view.tree.shown()
-    assert s.diff_result.matched == 2
+    assert s.compare.diff_result.matched == 2
     view.only.value = True
-    assert s.diff_only
+    assert s.compare.diff_only
     assert list(view.tree.shown()) == ["(root)", "['changed']", "['changed']['w']"]
     view.only.value = False
     assert "['same']" in view.tree.shown()
@@ -111,12 +111,12 @@ def test_only_differences_hides_matching_nodes(tmp_path):
 
 def test_selecting_a_leaf_reads_its_values_in_both_trees(state):
     view = DiffView(state)
-    assert state.diff_values == {}  # nothing read until a leaf is selected
+    assert state.compare.diff_values == {}  # nothing read until a leaf is selected
     view.tree.select("['norm']['scale']")
     assert state.tree_views["diff"].path == "['norm']['scale']"
     a = MODEL["norm"]["scale"].astype(np.float64)
     b = OLD["norm"]["scale"].astype(np.float64)
-    max_abs, rel = state.diff_values["['norm']['scale']"]
+    max_abs, rel = state.compare.diff_values["['norm']['scale']"]
     assert max_abs == pytest.approx(np.max(np.abs(a - b)))
     assert rel == pytest.approx(np.linalg.norm(a - b) / np.linalg.norm(a))
     assert f"max |a − b| = <b>{max_abs:.6g}</b>" in view.leaf.html.object
@@ -124,7 +124,7 @@ def test_selecting_a_leaf_reads_its_values_in_both_trees(state):
     label = view.tree.shown()["['norm']['scale']"]["label"]
     assert f"max |Δ| {max_abs:.3g}" in label
     view.tree.select("['dense']['kernel']")  # shapes differ: nothing to read
-    assert "['dense']['kernel']" not in state.diff_values
+    assert "['dense']['kernel']" not in state.compare.diff_values
     assert "shapes differ" in view.leaf.html.object
 
 
@@ -147,18 +147,18 @@ def test_choosing_and_swapping_the_trees(state):
     view = DiffView(state)
     assert view.a.value == "model" and view.b.value == "old.safetensors"
     view.swap.clicks += 1
-    assert (state.diff_a, state.diff_b) == ("old.safetensors", "model")
-    assert state.diff_result.a.name == "old.safetensors"
-    assert dict(state.diff_result.counts)["missing"] == 3  # the extras are now missing
+    assert (state.compare.diff_a, state.compare.diff_b) == ("old.safetensors", "model")
+    assert state.compare.diff_result.a.name == "old.safetensors"
+    assert dict(state.compare.diff_result.counts)["missing"] == 3  # the extras are now missing
     view.a.value = None
-    assert state.diff_result is None and view.hint.visible
+    assert state.compare.diff_result is None and view.hint.visible
     assert view.summary.html.object == ""
 
 
 def test_removing_a_compared_tree_clears_the_comparison(state):
     state.selected = "model"
     state.param.trigger("remove_tree")
-    assert state.diff_result is None
+    assert state.compare.diff_result is None
 
 
 def test_many_leaves_are_grouped_in_ranges_and_badged():
@@ -168,7 +168,7 @@ def test_many_leaves_are_grouped_in_ranges_and_badged():
     s = InspectorState()
     s.add_tree("a", a)
     s.add_tree("b", b)
-    s.param.update(diff_a="a", diff_b="b")
+    s.compare.param.update(diff_a="a", diff_b="b")
     view = DiffView(s)
     shown = view.tree.shown()
     assert "['k0150']" in shown and shown["['k0150']"]["buttons"][0]["label"] == "dtype"
@@ -180,7 +180,7 @@ def test_identical_trees_say_so():
     s = InspectorState()
     s.add_tree("a", MODEL)
     s.add_tree("b", {k: v for k, v in MODEL.items()})
-    s.param.update(diff_a="a", diff_b="b")
+    s.compare.param.update(diff_a="a", diff_b="b")
     view = DiffView(s)
     assert "No differences" in view.summary.html.object
     assert "5 leaves match" in view.summary.html.object
@@ -195,7 +195,7 @@ def test_s5_example_is_one_click_from_its_differences():
     s = InspectorState()
     s.example = "S5: model vs old checkpoint"
     s.param.trigger("load_example")
-    assert (s.diff_a, s.diff_b) == ("model", "checkpoint")
+    assert (s.compare.diff_a, s.compare.diff_b) == ("model", "checkpoint")
     model, ckpt = s.trees["model"].tree, s.trees["checkpoint"].tree
     kinds = sorted(d.kind for d in inspector.diff(model, ckpt))
     assert kinds == ["dtype", "extra", "missing", "shape", "type"]
@@ -209,7 +209,7 @@ def test_opening_with_nothing_chosen_compares_the_first_two_trees():
     s.add_tree("second", {"w": np.ones(4, np.float32)})
     view = DiffView(s)
     assert (view.a.value, view.b.value) == ("first", "second")
-    assert s.diff_result is not None and dict(s.diff_result.counts)["shape"] == 1
+    assert s.compare.diff_result is not None and dict(s.compare.diff_result.counts)["shape"] == 1
     lone = InspectorState()
     lone.add_tree("only", {"w": np.zeros(3, np.float32)})
-    assert DiffView(lone).a.value is None and lone.diff_a == ""
+    assert DiffView(lone).a.value is None and lone.compare.diff_a == ""

@@ -55,8 +55,8 @@ def test_the_selected_tree_round_trips_bfloat16_included(tmp_path, fmt):
 def test_a_lazy_checkpoint_round_trips(tmp_path):
     inspector.save(TREE, tmp_path / "ckpt.safetensors")
     s = InspectorState(file_root=str(tmp_path))
-    s.param.update(open_paths=[str(tmp_path / "ckpt.safetensors")])
-    s.param.trigger("open_files")
+    s.open.param.update(open_paths=[str(tmp_path / "ckpt.safetensors")])
+    s.open.param.trigger("open_files")
     view = ExportView(s)
     s.export_format = "npz"
     (tmp_path / "out").mkdir()

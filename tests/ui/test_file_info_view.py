@@ -23,8 +23,8 @@ def session(tmp_path):
 
 
 def _open(state, *paths):
-    state.param.update(open_paths=[str(p) for p in paths])
-    state.param.trigger("open_files")
+    state.open.param.update(open_paths=[str(p) for p in paths])
+    state.open.param.trigger("open_files")
 
 
 def _labels(view: TreeView) -> list[str]:
@@ -46,7 +46,7 @@ def test_index_problems_show_above_the_tree(session, tmp_path):
     index.write_text(json.dumps({"weight_map": weight_map}))
     view = TreeView(session)
     _open(session, index)
-    assert session.open_error == "" and session.selected == index.name
+    assert session.open.open_error == "" and session.selected == index.name
     panel = view.file_info
     assert panel.alert.visible and panel._layout in view._layout.objects
     assert panel.alert.title == (

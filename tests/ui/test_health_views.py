@@ -65,7 +65,7 @@ def test_timeline_of_loaded_trees_and_a_picked_cell_opens_the_comparison():
     shown = []
     state.health.param.watch(lambda e: shown.append(True), "compare_shown")
     view.tap(NAN_LEAF, 2)
-    assert (state.diff_a, state.diff_b) == ("step 2", "step 3")
+    assert (state.compare.diff_a, state.compare.diff_b) == ("step 2", "step 3")
     assert state.tree_views["diff"].path == NAN_LEAF and shown
 
 
@@ -81,7 +81,7 @@ def test_timeline_of_a_folder_opens_steps_when_picked(tmp_path):
     assert state.health.timeline.labels == [100, 200, 300]
     view._update()
     view.tap("['dec']", 1)
-    assert (state.diff_a, state.diff_b) == ("step 100", "step 200")
+    assert (state.compare.diff_a, state.compare.diff_b) == ("step 100", "step 200")
     assert "step 200" in state.trees
 
 
@@ -100,7 +100,8 @@ def test_the_notebook_widget_has_both_views():
     assert state.health.timeline.frozen() == [FROZEN]
     widget.app.timeline._update()
     widget.app.timeline.tap(NAN_LEAF, 2)
-    assert widget.tabs.active == 1 and (state.diff_a, state.diff_b) == ("step2", "step3")
+    c = state.compare
+    assert widget.tabs.active == 1 and (c.diff_a, c.diff_b) == ("step2", "step3")
 
 
 def test_a_folder_outside_the_root_is_refused(tmp_path):

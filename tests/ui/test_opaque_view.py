@@ -73,11 +73,12 @@ def test_comparing_two_checkpoints_badges_objects_whose_content_differs():
     s = InspectorState()
     s.add_tree("a", tree([64, 10]))
     s.add_tree("b", tree([64, 12]))
-    s.param.update(diff_a="a", diff_b="b")
-    assert [(d.path, d.kind) for d in s.diff_result.differences] == [("['layers']", "state")]
+    s.compare.param.update(diff_a="a", diff_b="b")
+    differences = s.compare.diff_result.differences
+    assert [(d.path, d.kind) for d in differences] == [("['layers']", "state")]
     view = DiffView(s)
     shown = view.tree.shown()
     assert [b["label"] for b in shown["['layers']"]["buttons"]] == ["state"]
     assert "1 state" in view.summary.html.object
-    assert s.diff_result.summary_lines()[0] == (
+    assert s.compare.diff_result.summary_lines()[0] == (
         "1 difference: 0 missing, 0 extra, 0 shape, 0 dtype, 0 type, 1 state; 1 leaf match.")

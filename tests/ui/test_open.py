@@ -32,8 +32,8 @@ def session(tmp_path):
 
 
 def _open(state, *paths):
-    state.param.update(open_paths=[str(p) for p in paths])
-    state.param.trigger("open_files")
+    state.open.param.update(open_paths=[str(p) for p in paths])
+    state.open.param.trigger("open_files")
 
 
 def _leaf_rows(view: TreeView) -> dict[str, str]:
@@ -55,7 +55,7 @@ def test_opening_a_file_shows_its_rows_without_reading_data(session, tmp_path, n
     inspector.save(MODEL, tmp_path / name)
     view = TreeView(session)
     _open(session, tmp_path / name)
-    assert session.open_error == "" and session.error == ""
+    assert session.open.open_error == "" and session.error == ""
     assert list(session.trees) == ["kept", name] and session.selected == name
     loaded = session.trees[name]
     assert loaded.source == f"file {name}" and (loaded.n_leaves, loaded.n_params) == (3, 25)
@@ -75,7 +75,7 @@ def test_opening_an_orbax_folder(session, tmp_path):
                                              "step": np.asarray(7, np.int32)})
     view = TreeView(session)
     _open(session, "ckpt")  # a folder, relative to the root
-    assert session.open_error == "" and session.selected == "ckpt"
+    assert session.open.open_error == "" and session.selected == "ckpt"
     assert "float32[2,3]" in _leaf_rows(view)["['params']['w']"]
     assert "int32[]" in _leaf_rows(view)["['step']"]
 
@@ -85,9 +85,9 @@ def test_a_path_outside_the_root_is_refused(tmp_path):
     inspector.save({"w": np.ones(2)}, tmp_path / "secret.npz")
     s = InspectorState(file_root=str(tmp_path / "root"))
     _open(s, "../secret.npz")
-    assert s.open_error.startswith(
+    assert s.open.open_error.startswith(
         "Cannot open ../secret.npz: it is outside the folder this app may open.\n")
-    assert str(tmp_path) not in s.open_error  # no server path outside the root
+    assert str(tmp_path) not in s.open.open_error  # no server path outside the root
     assert s.trees == {}
 
 
@@ -97,9 +97,9 @@ def test_a_link_pointing_outside_the_root_is_refused(tmp_path):
     (tmp_path / "root" / "innocent.npz").symlink_to(tmp_path / "secret.npz")
     s = InspectorState(file_root=str(tmp_path / "root"))
     _open(s, tmp_path / "root" / "innocent.npz")
-    assert s.open_error.startswith(
+    assert s.open.open_error.startswith(
         "Cannot open innocent.npz: it is a link to a file outside the folder this app may open.")
-    assert str(tmp_path) not in s.open_error and "secret" not in s.open_error
+    assert str(tmp_path) not in s.open.open_error and "secret" not in s.open.open_error
     assert s.trees == {}
 
 
@@ -107,7 +107,7 @@ def test_a_link_inside_the_root_opens(session, tmp_path):
     inspector.save({"w": np.ones(2)}, tmp_path / "real.npz")
     (tmp_path / "alias.npz").symlink_to(tmp_path / "real.npz")
     _open(session, tmp_path / "alias.npz")
-    assert session.open_error == "" and "real.npz" in session.trees
+    assert session.open.open_error == "" and "real.npz" in session.trees
 
 
 def test_a_corrupt_file_says_why_and_keeps_the_loaded_trees(session, tmp_path):
@@ -117,13 +117,13 @@ def test_a_corrupt_file_says_why_and_keeps_the_loaded_trees(session, tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(data[:40])  # the header cut short
     opener = FileOpener(session)
     _open(session, tmp_path / "bad.safetensors")
-    assert session.open_error.startswith("Cannot load bad.safetensors: ")
-    assert str(tmp_path) not in session.open_error
+    assert session.open.open_error.startswith("Cannot load bad.safetensors: ")
+    assert str(tmp_path) not in session.open.open_error
     assert opener.alert.visible and "bad.safetensors" in opener._error.object
     assert list(session.trees) == ["kept", "good.safetensors"]
     assert session.selected == "good.safetensors"
     _open(session, tmp_path / "good.safetensors")  # the next success clears the message
-    assert session.open_error == "" and not opener.alert.visible
+    assert session.open.open_error == "" and not opener.alert.visible
 
 
 def test_the_picker_sets_the_paths_and_lists_the_root(session, tmp_path):
@@ -133,8 +133,8 @@ def test_the_picker_sets_the_paths_and_lists_the_root(session, tmp_path):
     listed = {item["name"]: item["type"] for item in opener.picker._items}
     assert listed == {"model.npz": "file", "ckpt": "directory"}
     opener.picker.value = [str(tmp_path / "model.npz")]
-    assert session.open_paths == [str(tmp_path / "model.npz")]
-    session.param.trigger("open_files")
+    assert session.open.open_paths == [str(tmp_path / "model.npz")]
+    session.open.param.trigger("open_files")
     assert "model.npz" in session.trees
     assert opener.picker.value == []  # the selection is cleared once opened
 
@@ -146,7 +146,7 @@ def test_upload_reads_the_bytes_and_names_the_tree_by_file_name(session, tmp_pat
     assert opener.upload.max_file_size == checkpoint_files.MAX_UPLOAD_BYTES
     opener.upload.param.update(filename="weights.safetensors",
                                value=(tmp_path / "model.safetensors").read_bytes())
-    assert session.open_error == "" and session.selected == "weights.safetensors"
+    assert session.open.open_error == "" and session.selected == "weights.safetensors"
     loaded = session.trees["weights.safetensors"]
     assert loaded.source == "upload weights.safetensors" and loaded.n_leaves == 3
     kernel = inspector.PackedTree.unpack(loaded.tree)["dense"]["kernel"]  # in memory now
@@ -156,15 +156,16 @@ def test_upload_reads_the_bytes_and_names_the_tree_by_file_name(session, tmp_pat
 def test_a_bad_upload_names_the_uploaded_file(session):
     opener = FileOpener(session)
     opener.upload.param.update(filename="notes.txt", value=b"hello, not a checkpoint")
-    assert session.open_error.startswith("Cannot load notes.txt: the format is not recognised")
-    assert "pytree-inspector-upload" not in session.open_error
+    assert session.open.open_error.startswith("Cannot load notes.txt: the format is not recognised")
+    assert "pytree-inspector-upload" not in session.open.open_error
     assert list(session.trees) == ["kept"]
 
 
 def test_an_upload_over_the_limit_is_refused(session, monkeypatch):
     monkeypatch.setattr(checkpoint_files, "MAX_UPLOAD_BYTES", 10)
-    session.open_upload("big.npz", b"x" * 11)
-    assert session.open_error.startswith("Cannot upload big.npz: it is 11 B, more than the 10 B")
+    session.open.open_upload("big.npz", b"x" * 11)
+    assert session.open.open_error.startswith(
+        "Cannot upload big.npz: it is 11 B, more than the 10 B")
 
 
 def test_the_root_defaults_to_the_environment_variable_then_the_working_directory(
@@ -186,8 +187,8 @@ def test_errors_name_files_relative_to_the_root(session, tmp_path):
     (tmp_path / "runs" / "a").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "bad.npz").write_bytes(b"PK\x03\x04 truncated")
     _open(session, tmp_path / "runs" / "a" / "bad.npz")
-    assert session.open_error.startswith("Cannot load runs/a/bad.npz: ")
-    assert str(tmp_path) not in session.open_error
+    assert session.open.open_error.startswith("Cannot load runs/a/bad.npz: ")
+    assert str(tmp_path) not in session.open.open_error
 
 
 def test_a_shard_linking_outside_the_root_is_refused_without_naming_it(tmp_path):
@@ -198,10 +199,10 @@ def test_a_shard_linking_outside_the_root_is_refused_without_naming_it(tmp_path)
         '{"weight_map": {"w": "s1.safetensors"}}')
     s = InspectorState(file_root=str(tmp_path / "root"))
     _open(s, "m.safetensors.index.json")
-    assert s.open_error.startswith(
+    assert s.open.open_error.startswith(
         "Cannot load m.safetensors.index.json: shard 's1.safetensors' is a link to a file "
         "outside the folder this app may open.")
-    assert str(tmp_path) not in s.open_error and s.trees == {}
+    assert str(tmp_path) not in s.open.open_error and s.trees == {}
 
 
 def test_an_unexpected_error_names_no_server_path():

@@ -34,25 +34,27 @@ def http(tmp_path_factory):
 
 
 def _state(prefixes) -> InspectorState:
-    return InspectorState(remote_prefixes=prefixes)
+    state = InspectorState()
+    state.open.remote_prefixes = prefixes
+    return state
 
 
 def test_a_url_is_refused_unless_the_app_allows_it(http):
     state = _state(None)
-    state.open_url_text = f"{http.url}/model.safetensors"
+    state.open.open_url_text = f"{http.url}/model.safetensors"
     http.traffic.reset()
-    state.param.trigger("open_url")
-    assert state.open_error == f"Cannot open {http.url}/model.safetensors: {REMOTE_OFF}"
-    assert "--allow-remote" in state.open_error and not state.trees
+    state.open.param.trigger("open_url")
+    assert state.open.open_error == f"Cannot open {http.url}/model.safetensors: {REMOTE_OFF}"
+    assert "--allow-remote" in state.open.open_error and not state.trees
     assert http.traffic.requests == []  # nothing was fetched
 
 
 def test_an_allowed_url_opens_structure_only(http):
     state = _state([])
-    state.open_url_text = f"{http.url}/model.safetensors"
+    state.open.open_url_text = f"{http.url}/model.safetensors"
     http.traffic.reset()
-    state.param.trigger("open_url")
-    assert state.open_error == "" and state.selected == "model.safetensors"
+    state.open.param.trigger("open_url")
+    assert state.open.open_error == "" and state.selected == "model.safetensors"
     loaded = state.trees["model.safetensors"]
     assert loaded.source == f"url {http.url}/model.safetensors"
     assert http.traffic.bytes <= 64 * 1024  # headers only
@@ -60,24 +62,24 @@ def test_an_allowed_url_opens_structure_only(http):
 
 def test_only_the_allowed_prefixes_open(http):
     state = _state(["s3://models/"])
-    state.open_url_text = f"{http.url}/model.safetensors"
-    state.param.trigger("open_url")
-    assert state.open_error == (f"Cannot open {http.url}/model.safetensors: this app opens only "
-                                "URLs starting with s3://models/.")
+    state.open.open_url_text = f"{http.url}/model.safetensors"
+    state.open.param.trigger("open_url")
+    assert state.open.open_error == (f"Cannot open {http.url}/model.safetensors: this app opens "
+                                     "only URLs starting with s3://models/.")
     state = _state([f"{http.url}/"])
-    state.param.trigger("open_url")  # empty text: not a URL
-    assert state.open_error.startswith("Cannot open '': it is not a URL.")
-    state.open_url_text = f"{http.url}/model.safetensors"
-    state.param.trigger("open_url")
-    assert state.open_error == "" and "model.safetensors" in state.trees
+    state.open.param.trigger("open_url")  # empty text: not a URL
+    assert state.open.open_error.startswith("Cannot open '': it is not a URL.")
+    state.open.open_url_text = f"{http.url}/model.safetensors"
+    state.open.param.trigger("open_url")
+    assert state.open.open_error == "" and "model.safetensors" in state.trees
 
 
 def test_a_remote_read_shows_bytes_total_and_rate(http):
     state = _state([])
     shown = []
     state.param.watch(lambda e: shown.append(e.new), "status")
-    state.open_url_text = f"{http.url}/model.safetensors"
-    state.param.trigger("open_url")
+    state.open.open_url_text = f"{http.url}/model.safetensors"
+    state.open.param.trigger("open_url")
     leaf = state.trees["model.safetensors"].tree["big"]
     np.testing.assert_array_equal(np.asarray(leaf), MODEL["big"])
     reading = [s for s in shown if s.startswith("Reading")]
@@ -94,9 +96,9 @@ def test_the_environment_variable_sets_the_policy(monkeypatch):
     monkeypatch.setenv("PYTREE_INSPECTOR_ALLOW_REMOTE", "1")
     assert remote_prefixes_from_env() == []
     page = app.create_app(defaults=False, background=False, root="")
-    assert page.inspector.state.remote_prefixes == []
+    assert page.inspector.state.open.remote_prefixes == []
     monkeypatch.setenv("PYTREE_INSPECTOR_ALLOW_REMOTE", "https://a/,s3://b/")
-    assert app.create_app(defaults=False, root="").inspector.state.remote_prefixes == [
+    assert app.create_app(defaults=False, root="").inspector.state.open.remote_prefixes == [
         "https://a/", "s3://b/"]
 
 
@@ -120,20 +122,21 @@ def test_open_url_waits_for_a_typed_url_and_enter_opens_what_the_field_shows(htt
 
     from inspector.ui.file_picker import FileOpener
 
-    state = InspectorState(remote_prefixes=[], background=False)
+    state = InspectorState(background=False)
+    state.open.remote_prefixes = []
     opener = FileOpener(state)
     assert opener.open_url.disabled  # nothing typed
     opener.url.value_input = "  "
     assert opener.open_url.disabled
     opener.url.value_input = f"{http.url}/model.safetensors"
-    assert not opener.open_url.disabled and state.open_url_text.endswith("/model.safetensors")
+    assert not opener.open_url.disabled and state.open.open_url_text.endswith("/model.safetensors")
     state.busy = True
     assert opener.open_url.disabled
     state.busy = False
     # Enter arrives before the text typed last: the key press carries what the field shows
     shown = {"target": {"value": f"{http.url}/other.safetensors"}}
     opener.url._handle_enter(DOMEvent(model=None, node="enter", data=shown))
-    assert state.open_error == "" and state.selected == "other.safetensors"
+    assert state.open.open_error == "" and state.selected == "other.safetensors"
     assert state.trees["other.safetensors"].source == f"url {http.url}/other.safetensors"
 
 

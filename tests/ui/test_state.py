@@ -280,8 +280,9 @@ def test_opening_a_checkpoint_keeps_its_leaves_lazy(state, tmp_path):
 
     path = tmp_path / "ckpt.npz"
     inspector.save({"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3)}, path)
-    state.param.update(file_root=str(tmp_path), open_paths=[str(path)])
-    state.param.trigger("open_files")
+    state.file_root = str(tmp_path)
+    state.open.open_paths = [str(path)]
+    state.open.param.trigger("open_files")
     assert state.error == "" and state.selected == "ckpt.npz"
     loaded = state.trees["ckpt.npz"]
     assert not loaded.packed and loaded.n_leaves == 2 and loaded.source == "file ckpt.npz"
@@ -290,9 +291,10 @@ def test_opening_a_checkpoint_keeps_its_leaves_lazy(state, tmp_path):
 
 def test_paths_outside_the_root_are_refused(state, tmp_path):
     (tmp_path / "inside").mkdir()
-    state.param.update(file_root=str(tmp_path / "inside"), open_paths=[str(tmp_path / "x.npz")])
-    state.param.trigger("open_files")
-    assert "outside the folder this app may open" in state.open_error
+    state.file_root = str(tmp_path / "inside")
+    state.open.open_paths = [str(tmp_path / "x.npz")]
+    state.open.param.trigger("open_files")
+    assert "outside the folder this app may open" in state.open.open_error
     assert state.error == ""  # an open failure is not an operation failure
 
 

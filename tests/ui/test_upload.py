@@ -92,7 +92,7 @@ def test_a_received_upload_opens_as_a_tree_and_its_file_is_removed(session, tmp_
     inspector.save(model, tmp_path / "model.safetensors")
     opener = FileOpener(session)
     _send(opener.upload, "model.safetensors", (tmp_path / "model.safetensors").read_bytes(), 50)
-    assert session.open_error == ""
+    assert session.open.open_error == ""
     assert list(session.trees) == ["kept", "model.safetensors"]
     kernel = inspector.PackedTree.unpack(session.trees["model.safetensors"].tree)
     np.testing.assert_array_equal(np.asarray(kernel["dense"]["kernel"]),
@@ -104,7 +104,7 @@ def test_a_refused_upload_is_shown_and_keeps_the_trees(session):
     opener = FileOpener(session)
     opener.upload.max_upload = 10
     _send(opener.upload, "big.npz", bytes(100), 8)
-    assert session.open_error.startswith("Cannot upload big.npz: it is more than the 10 B")
+    assert session.open.open_error.startswith("Cannot upload big.npz: it is more than the 10 B")
     assert opener.alert.visible and list(session.trees) == ["kept"]
 
 
@@ -114,8 +114,9 @@ def test_an_uploaded_decompression_bomb_is_refused_by_name(session):
     bomb = pathlib.Path(__file__).parents[1] / "io" / "hostile" / "npz_deflate_bomb.npz"
     opener = FileOpener(session)
     _send(opener.upload, "bomb.npz", bomb.read_bytes(), 2**16)
-    assert session.open_error.startswith("Cannot load bomb.npz: it would inflate 335544448 bytes")
-    assert UPLOAD_PREFIX not in session.open_error and list(session.trees) == ["kept"]
+    assert session.open.open_error.startswith(
+        "Cannot load bomb.npz: it would inflate 335544448 bytes")
+    assert UPLOAD_PREFIX not in session.open.open_error and list(session.trees) == ["kept"]
 
 
 def test_make_serve_bounds_websocket_messages_as_the_launcher_does():

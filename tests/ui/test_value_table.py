@@ -23,7 +23,7 @@ def comparing(a, b) -> InspectorState:
     s = InspectorState()
     s.add_tree("pre", a)
     s.add_tree("ft", b)
-    s.param.update(diff_a="pre", diff_b="ft")
+    s.compare.param.update(diff_a="pre", diff_b="ft")
     return s
 
 
@@ -32,9 +32,10 @@ def test_compare_all_values_gives_leaves_and_subtrees_most_changed_first():
     s = comparing(a, b)
     view = DiffValuesView(s)
     assert not view.button.disabled and not view.table.visible
-    s.param.trigger("diff_compare_values")
-    rows = {r["path"]: r for r in s.diff_table}
-    assert [r["path"] for r in s.diff_table[:3]] == ["['layer1']['w']", "['layer1']", "(root)"]
+    s.compare.param.trigger("diff_compare_values")
+    rows = {r["path"]: r for r in s.compare.diff_table}
+    top = [r["path"] for r in s.compare.diff_table[:3]]
+    assert top == ["['layer1']['w']", "['layer1']", "(root)"]
     x, y = a["layer1"]["w"].astype(np.float64), b["layer1"]["w"].astype(np.float64)
     r = rows["['layer1']['w']"]
     assert r["kind"] == "leaf" and r["size"] == 32 and r["changed"] == 1.0
@@ -51,8 +52,8 @@ def test_compare_all_values_gives_leaves_and_subtrees_most_changed_first():
     assert root["changed"] == pytest.approx((32 + 1) / whole_a.size)
     assert rows["['layer0']"]["rel_l2"] == 0.0 and rows["['layer2']['b']"]["changed"] == 0.25
     assert view.table.visible and list(view.table.value["path"])[:1] == ["['layer1']['w']"]
-    s.diff_b = "pre"  # a new comparison clears the table
-    assert s.diff_table == [] and not view.table.visible
+    s.compare.diff_b = "pre"  # a new comparison clears the table
+    assert s.compare.diff_table == [] and not view.table.visible
 
 
 def test_selecting_a_leaf_gives_histograms_of_a_b_and_delta():
@@ -62,7 +63,7 @@ def test_selecting_a_leaf_gives_histograms_of_a_b_and_delta():
     s = comparing(a, b)
     view = DiffLeafView(s)
     s.tree_views["diff"].path = "['layer1']['w']"
-    h = s.diff_histograms["['layer1']['w']"]
+    h = s.compare.diff_histograms["['layer1']['w']"]
     x, y = a["layer1"]["w"].astype(np.float64).ravel(), b["layer1"]["w"].astype(np.float64)
     lo, hi = min(x.min(), y.min()), max(x.max(), y.max())
     np.testing.assert_array_equal(h["a"][0], np.histogram(x, bins=30, range=(lo, hi))[0])
@@ -80,7 +81,7 @@ def test_tree_rows_carry_the_heat_of_their_relative_l2_change():
     s = comparing(a, b)
     view = DiffTreeView(s)
     assert not any("heat" in item for item in view.shown().values())  # not compared yet
-    s.param.trigger("diff_compare_values")
+    s.compare.param.trigger("diff_compare_values")
     view.expand("['layer1']")
     shown = view.shown()
     x, y = a["layer1"]["w"].astype(np.float64), b["layer1"]["w"].astype(np.float64)
@@ -95,7 +96,7 @@ def test_tree_rows_carry_the_heat_of_their_relative_l2_change():
     assert shown["['layer0']"]["heat"]["color"] == UNCHANGED
     assert shown["['layer1']['b']"]["heat"]["color"] == UNCHANGED
     assert shown["(root)"]["heat"]["title"].startswith("rel L2")  # the root row too
-    s.diff_b = "pre"
+    s.compare.diff_b = "pre"
     assert not any("heat" in item for item in view.shown().values())
 
 
@@ -128,7 +129,7 @@ def test_value_diff_reports_its_progress_in_leaves_and_bytes():
     view = DiffValuesView(s)
     shown = []
     s.param.watch(lambda e: shown.append((e.new, s.status)), "progress")
-    s.param.trigger("diff_compare_values")
+    s.compare.param.trigger("diff_compare_values")
     assert shown[-2] == (100.0, f"Comparing values: 70 / 70 leaves, {total / 1024:.1f} KiB / "
                                 f"{total / 1024:.1f} KiB read")
     assert shown[-1][0] is None and not view.progress.visible  # done: the bar goes

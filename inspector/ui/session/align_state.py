@@ -14,6 +14,7 @@ import param
 import inspector
 from inspector.core.errors import bullet_list
 from inspector.ui.session.loaded import prepare
+from inspector.ui.session.worker import Task
 
 UNMATCHED, AMBIGUOUS, PAIRED = "unmatched", "ambiguous", "paired"
 COLUMNS = ("status", "target", "source", "transform", "score", "reason")
@@ -62,16 +63,11 @@ class AlignState(param.Parameterized):
             self._frame_of(alignment)  # the table's rows, built here off the event loop
             return alignment
 
-        def done(alignment, exc):
-            if exc is not None:
-                from inspector.ui.session.state import error_text
-
-                self.error = error_text(exc, state.file_root)
-                return
+        def done(alignment):
             self.param.update(alignment=alignment, selected="", error="")
 
-        state._submit(lambda: (f"Aligning {src.name} onto {dst.name} …", work, done),
-                      coalesce="align")
+        state.worker.submit("aligning", Task(f"Aligning {src.name} onto {dst.name} …", work,
+                                             done, self._failed), coalesce=True)
 
     def override(self, target_path: str, source_path: str) -> bool:
         """Pairs `target_path` with `source_path` (transform chosen as `align` would);
@@ -196,16 +192,15 @@ class AlignState(param.Parameterized):
             tree = inspector.convert(src.tree, alignment, device=device, target=dst.tree)
             return prepare(name, tree, f"{src.name} converted onto {dst.name}")
 
-        def done(loaded, exc):
-            if exc is not None:
-                from inspector.ui.session.state import error_text
-
-                self.error = error_text(exc, state.file_root)
-                return
+        def done(loaded):
             added = state.add(loaded)
             self.param.update(converted=added, error="")
             # The normal comparison, values included: 0 differences when the port is exact
-            state.param.update(diff_a=dst.name, diff_b=added)
-            state.param.trigger("diff_compare_values")
+            state.compare.param.update(diff_a=dst.name, diff_b=added)
+            state.compare.param.trigger("diff_compare_values")
 
-        state._submit(lambda: (f"Converting {src.name} onto {dst.name} …", work, done))
+        state.worker.submit("converting", Task(f"Converting {src.name} onto {dst.name} …", work,
+                                               done, self._failed))
+
+    def _failed(self, text: str) -> None:  # the align view shows its own errors
+        self.error = text

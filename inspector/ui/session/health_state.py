@@ -16,6 +16,7 @@ import param
 import inspector
 from inspector.ui.session.health_figures import COLOR_BY
 from inspector.ui.session.tree_view_state import TreeViewState
+from inspector.ui.session.worker import Task, error_text
 
 METRICS = ("rel_change", "l2", "nonfinite")
 
@@ -44,10 +45,9 @@ class HealthState(param.Parameterized):
     picked = param.Tuple(default=("", -1), doc="The heatmap cell last picked: (row path, step).")
     compare_shown = param.Event(doc="Raised when a picked cell was sent to the Compare view.")
 
-    def __init__(self, state, error_text, **params):
+    def __init__(self, state, **params):
         super().__init__(**params)
         self._state = state
-        self._error_text = error_text  # the session's way of telling a failure
         self.tree_view = TreeViewState(name="health tree")
         state.param.watch(self._on_selected, "selected")
 
@@ -66,21 +66,17 @@ class HealthState(param.Parameterized):
             return
 
         def progress(done, total):
-            if state._progress_due(done, total):
-                state.param.update(progress=100.0 * done / max(total, 1),
-                                   status=f"Scanning {loaded.name}: {done} / {total} leaves")
+            state.worker.progress(done, total, f"Scanning {loaded.name}: {done} / {total} leaves")
 
         def work():
             return inspector.scan(loaded.tree, device=state.device, progress=progress)
 
-        def done(scan, exc):
-            if exc is not None:
-                state.error = self._error_text(exc, state.file_root)
-                return
+        def done(scan):
             self.tree_view.param.update(path="", expanded=loaded.index.default_expanded())
             self.param.update(scan=scan, scanned=loaded.name, nan_at=-1)
 
-        state._submit(lambda: (f"Scanning {loaded.name} …", work, done), coalesce="scan")
+        state.worker.submit("scanning", Task(f"Scanning {loaded.name} …", work, done),
+                            coalesce=True)
 
     @param.depends("next_nan", watch=True)
     def _on_next_nan(self):
@@ -100,7 +96,7 @@ class HealthState(param.Parameterized):
             try:
                 sources, names = _inside(state.file_root, self.timeline_folder), None
             except inspector.InspectorError as exc:
-                state.error = self._error_text(exc, state.file_root)
+                state.error = error_text(exc, state.file_root)
                 return
         else:
             names = [n for n in self.timeline_trees if n in state.trees]
@@ -110,9 +106,7 @@ class HealthState(param.Parameterized):
             sources = [state.trees[n].tree for n in names]
 
         def progress(done, total):
-            if state._progress_due(done, total):
-                state.param.update(progress=100.0 * done / max(total, 1),
-                                   status=f"Reading checkpoints: {done} / {total} leaves")
+            state.worker.progress(done, total, f"Reading checkpoints: {done} / {total} leaves")
 
         def work():
             from inspector.core.health.sources import checkpoint_folder
@@ -121,13 +115,11 @@ class HealthState(param.Parameterized):
             steps = names if names else [str(p) for _, p in checkpoint_folder(sources)]
             return t, steps
 
-        def done(out, exc):
-            if exc is not None:
-                state.error = self._error_text(exc, state.file_root)
-                return
+        def done(out):
             self.param.update(timeline=out[0], timeline_names=out[1], picked=("", -1))
 
-        state._submit(lambda: ("Building the timeline …", work, done), coalesce="timeline")
+        state.worker.submit("building the timeline", Task("Building the timeline …", work, done),
+                            coalesce=True)
 
     def pick(self, row: str, step: int) -> None:
         """Sends heatmap cell (`row`, step index `step`) to the Compare view: the trees of
@@ -138,7 +130,7 @@ class HealthState(param.Parameterized):
         self.picked = (row, step)
         a, b = (max(step - 1, 0), step)
         names = [self._loaded_name(i) for i in (a, b)]
-        state.param.update(diff_a=names[0], diff_b=names[1])
+        state.compare.param.update(diff_a=names[0], diff_b=names[1])
         state.tree_views["diff"].path = row
         self.compare_shown = True
 

@@ -20,6 +20,7 @@ from inspector.ui.session.hosts import led_shard, shared_now
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.ops.index import index_fields
 from inspector.ui.session.tree_index import ROOT_ID
+from inspector.ui.session.worker import Task
 
 _AXIS = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+)\s*")
 
@@ -142,11 +143,7 @@ class MeshState(param.Parameterized):
             return prepare(name, inspector.shard(loaded.tree, mesh, specs),
                            f"{loaded.name} sharded over {axes_text(axes)}")
 
-        def done(out, exc):
-            if exc is not None:  # the trees loaded stay; the error says what did not fit
-                session.error = str(exc) if isinstance(exc, inspector.InspectorError) else \
-                    f"Unexpected {type(exc).__name__}: {exc}"
-                return
+        def done(out):  # on an error, the trees loaded stay; the error says what did not fit
             new = session.add(out, select=True)
             shared_now(session, [new])
             self.specs = {**self.specs, new: dict(self.specs.get(loaded.name, {}))}
@@ -158,5 +155,6 @@ class MeshState(param.Parameterized):
         except inspector.InspectorError as e:
             session.error = str(e)
             return
-        session._submit(lambda: (f"Sharding {loaded.name} over {axes_text(axes)} "
-                                 f"({plural(len(inspector.devices()), 'device')}) …", work, done))
+        session.worker.submit("sharding", Task(
+            f"Sharding {loaded.name} over {axes_text(axes)} "
+            f"({plural(len(inspector.devices()), 'device')}) …", work, done))

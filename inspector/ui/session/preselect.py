@@ -30,7 +30,7 @@ def preselect(state, names: list[str]) -> str:
         state.ops["weighted_sum"].param.update(trees=same, weights=[1 / len(same)] * len(same))
         state.ops["stack"].trees = same
     if len(names) >= 2:
-        update.update(diff_a=names[0], diff_b=names[1])
+        state.compare.param.update(diff_a=names[0], diff_b=names[1])
     if len(same) >= 2:
         update["op"] = "weighted_sum"
     state.param.update(**update)
