@@ -208,7 +208,7 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
-            grid = _careful_again(np.array(grid), x, size, block, work, device)
+            grid = _careful_again(np.asarray(grid), x, size, block, work, device)
             rows = np.concatenate([grid, np.asarray(piece_rows)])
             pieces = np.where(pieces >= 0, pieces + len(grid), -1)
         figures = leaf_figures(rows, start, stop, pieces)
@@ -239,6 +239,7 @@ def _careful_again(grid: np.ndarray, x, size: int, block: int, work: str, device
     hi = np.where(np.arange(n) < len(bad), block, 0).astype(np.int32)
     again = jax.device_get(_pieces_jit(size, block, work)(
         x, *jax.device_put((rows, lo, hi), device)))
+    grid = np.array(grid)  # a writable copy, only when rows are replaced
     grid[bad] = np.asarray(again)[:len(bad)]
     return grid
 

@@ -251,6 +251,7 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     sums["paired"] = np.zeros((n, steps), bool)
     total = sum(len(f) for f in flats)
     done = 0
+    pending = None  # the last dispatched kernel: resolved after the next leaf is read
     for i, path in enumerate(paths):
         prev = prev_info = None
         for t, leaves in enumerate(flats):
@@ -262,25 +263,38 @@ def timeline(sources, labels: Sequence | None = None, device=None,
                 if leaf is not None:
                     done += 1
                 continue
+            # reading this leaf overlaps the kernel dispatched for the one before (JAX runs
+            # it asynchronously); its figures are fetched only after the read
             x = jax.device_put(np.asarray(leaf) if not isinstance(leaf, jax.Array) else leaf,
                                device)
+            if pending is not None:
+                _resolve_pending(sums, *pending)
+                pending = None
             done += 1
             paired = prev is not None and prev_info[:2] == info[:2]
             size = math.prod(info[0])
-            figures = np.zeros(sk.N_FIGURES)
-            if size:
-                pair = (prev if paired else x, x)
-                figures = np.asarray(sk.step_kernel(size, info[1], work)(*pair), np.float64)
-                if not np.isfinite(figures).all():  # NaN/Inf in a leaf: tell them apart
-                    figures = np.asarray(sk.careful_kernel(size, info[1], work)(*pair),
-                                         np.float64)
-            _record(sums, i, t, figures, math.prod(info[0]), paired)
+            pair = (prev if paired else x, x)
+            result = sk.step_kernel(size, info[1], work)(*pair) if size else None
+            pending = (i, t, result, pair, size, info[1], work, paired)
             prev, prev_info = x, info
             if progress is not None:
                 progress(done, total)
+    if pending is not None:
+        _resolve_pending(sums, *pending)
     changes = _changes(trees, labels)
     return Timeline(labels, paths, [order[p] for p in paths], sums, changes,
                     time.perf_counter() - begin)
+
+
+def _resolve_pending(sums, i, t, result, pair, size, dtype, work, paired):
+    """Fetches a dispatched step kernel's figures (reduced again by the careful kernel when
+    they are not finite: NaN/Inf in a leaf) and records them."""
+    figures = np.zeros(sk.N_FIGURES)
+    if size:
+        figures = np.asarray(result, np.float64)
+        if not np.isfinite(figures).all():  # NaN/Inf in a leaf: tell them apart
+            figures = np.asarray(sk.careful_kernel(size, dtype, work)(*pair), np.float64)
+    _record(sums, i, t, figures, size, paired)
 
 
 def _record(sums, i, t, figures, size, paired):
