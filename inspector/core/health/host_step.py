@@ -32,18 +32,20 @@ def host_steps(leaves: list[np.ndarray], paired: list[bool]) -> np.ndarray:
     longest = max((x.size for x in flat), default=0)
     for start in range(0, longest, CHUNK):
         stop = start + CHUNK
+        chunk_sq = 0.0  # the step before's sum of squares over this chunk
         for t, b in enumerate(flat):
             if start >= b.size:
                 continue
             y = b[start:stop]
             f = out[t]
-            f[0] += float(np.dot(y, y))
+            before, chunk_sq = chunk_sq, float(np.dot(y, y))
+            f[0] += chunk_sq
             high[t], low[t] = max(high[t], float(y.max())), min(low[t], float(y.min()))
             if paired[t]:
                 x = flat[t - 1][start:stop]
                 dd = np.subtract(y, x, out=d[:y.size])
                 f[3] += float(np.dot(dd, dd))
-                f[4] += float(np.dot(x, x))
+                f[4] += before  # np.dot(x, x): the same call on the same chunk, a step ago
                 f[5] += float(np.dot(x, y))
                 f[6] += float(np.count_nonzero(bits[t - 1][start:stop] != bits[t][start:stop]))
     with np.errstate(invalid="ignore"):
