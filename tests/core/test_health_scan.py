@@ -148,3 +148,23 @@ def test_many_small_packed_leaves_compile_once():
     assert inspector.compile_count() == before  # same layout: nothing compiled
     k = "['b012345']"
     assert_figures(s.leaf(k), tree["b012345"])
+
+
+def test_leaf_table_builds_the_same_leaf_stats_on_demand():
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(1, 300, 2000)  # rows of 32 elements: most leaves straddle them
+    tree = [(rng.standard_normal(n) + 5).astype(np.float32) for n in sizes]
+    tree[17][3], tree[1999][0] = np.inf, np.nan
+    s = inspector.scan(inspector.pack(tree))
+    one_by_one = [s.leaves[i] for i in range(len(tree))]  # built one at a time
+    assert one_by_one == list(s.leaves) and s.leaves[-1] == one_by_one[-1]
+    assert s.leaves[3:5] == one_by_one[3:5] and len(s.leaves) == len(tree)
+    for stats, x in zip(one_by_one, tree, strict=True):
+        assert type(stats) is LeafStats
+        # float32 sums of a short piece at mean 5: std within 1.5e-6 with rows of 32 and
+        # 2.1e-6 with rows of 64 (measured; the 1e-6 of the other tests holds at mean ~2)
+        assert_figures(stats, x, rtol=5e-6)
+    assert [x.path for x in s.nonfinite()] == ["[17]", "[1999]"]
+    assert s.leaf("[1999]").nan == 1 and s.leaf("[17]").posinf == 1
+    with pytest.raises(IndexError):
+        s.leaves[len(tree)]

@@ -154,3 +154,28 @@ def test_one_byte_and_bool_leaves_count_changed_bits():
     assert table.rows == ["['b']", "['i']", "['w']"]
     assert table.values[:, 1].tolist() == [0.5, 0.0, 1.0]
     assert t.frozen() == ["['i']"]
+
+
+def test_host_steps_chunk_by_chunk_match_numpy_float64():
+    from inspector.core.health import step_kernel as sk
+    from inspector.core.health.host_step import CHUNK, host_steps
+
+    rng = np.random.default_rng(7)
+    n = 2 * CHUNK + 123  # three chunks, the last one short
+    a = rng.standard_normal(n).astype(np.float32)
+    b = a + np.float32(1e-3) * rng.standard_normal(n).astype(np.float32)
+    b[:1000] = a[:1000]  # unchanged elements are not counted as changed
+    b[5] = -0.0 if a[5] == 0 else b[5]
+    c = rng.standard_normal(77).astype(np.float32)  # another shape: not paired
+    got = host_steps([a, b, c], [False, True, False])
+    kernel = sk.step_kernel(n, "float32", "float32")
+    for row, (x, y) in zip(got[:2], [(a, a), (a, b)], strict=True):
+        want = np.asarray(kernel(x, y), np.float64)
+        np.testing.assert_allclose(row, want, rtol=1e-5)
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        np.testing.assert_allclose(row[[0, 3, 4, 5]], [y64 @ y64, (y64 - x64) @ (y64 - x64),
+                                                       x64 @ x64, x64 @ y64], rtol=1e-6)
+        assert row[1] == np.abs(y).max() and row[6] == np.count_nonzero(
+            x.view(np.uint32) != y.view(np.uint32))
+    c64 = c.astype(np.float64)
+    assert got[2, 0] == pytest.approx(c64 @ c64, rel=1e-6) and got[2, 6] == 0

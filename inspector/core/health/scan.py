@@ -10,11 +10,10 @@ leaf (and per subtree) on the host in float64 (`partials.py`).
 
 from __future__ import annotations
 
-import math
 import re
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -26,7 +25,7 @@ from inspector.core.devices import resolve_device
 from inspector.core.health.aggregate import columns, combine
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
-from inspector.core.health.leaf_stats import LeafStats
+from inspector.core.health.leaf_stats import LeafStats, LeafTable
 from inspector.core.health.partials import leaf_figures
 from inspector.core.lazy import read_ahead
 from inspector.core.leaves import leaf_info
@@ -37,19 +36,27 @@ _CHUNK_BYTES = 64 << 20  # plain trees are scanned this many bytes of leaves at 
 
 @dataclass(frozen=True)
 class Scan:
-    """The result of `scan`: `leaves` (one `LeafStats` per scanned leaf, in describe order),
-    `skipped` (key paths of leaves that are not numeric arrays: strings, complex, opaque),
-    `seconds` (wall time of the scan)."""
+    """The result of `scan`: `leaves` (one `LeafStats` per scanned leaf, in describe order: a
+    `LeafTable`, which builds each `LeafStats` when it is read), `skipped` (key paths of leaves
+    that are not numeric arrays: strings, complex, opaque), `seconds` (wall time of the scan)."""
 
-    leaves: tuple[LeafStats, ...]
+    leaves: Sequence[LeafStats]
     skipped: tuple[str, ...] = ()
     seconds: float = 0.0
     _by_path: dict = field(default_factory=dict, repr=False, compare=False)
     _ranges: dict = field(default_factory=dict, repr=False, compare=False)
     _columns: dict = field(default_factory=dict, repr=False, compare=False)
 
-    def __post_init__(self):
-        self._by_path.update({s.path: s for s in self.leaves})
+    def _paths(self) -> list[str]:
+        if isinstance(self.leaves, LeafTable):
+            return self.leaves.paths
+        return [s.path for s in self.leaves]
+
+    def _cols(self) -> dict:
+        if not self._columns:
+            self._columns.update(self.leaves.columns if isinstance(self.leaves, LeafTable)
+                                 else columns(self.leaves))
+        return self._columns
 
     def leaf(self, path: str) -> LeafStats:
         """The figures of the leaf at key path `path`.
@@ -57,11 +64,16 @@ class Scan:
         Raises:
             KeyError: no scanned leaf has that path.
         """
-        return self._by_path[path]
+        if not self._by_path:  # built on the first call (100k leaves: ~10 ms)
+            self._by_path.update(zip(self._paths(), range(len(self.leaves)), strict=True))
+        return self.leaves[self._by_path[path]]
 
     def nonfinite(self) -> list[LeafStats]:
         """The leaves holding any NaN or Inf, in tree order."""
-        return [s for s in self.leaves if s.nonfinite]
+        c = self._cols()
+        bad = np.flatnonzero((c["nan"] + c["posinf"] + c["neginf"]) > 0) if len(self.leaves) \
+            else []
+        return [self.leaves[int(i)] for i in bad]
 
     def subtree(self, path: str) -> LeafStats:
         """The figures of every scanned leaf under `path` taken as one vector (counts summed,
@@ -76,13 +88,11 @@ class Scan:
         (4, 1, 0.75, 3.0)
         """
         if not self._ranges:
-            self._ranges.update(_subtree_ranges([s.path for s in self.leaves]))
+            self._ranges.update(_subtree_ranges(self._paths()))
         found = self._ranges.get(path)
         if found is None:
             raise KeyError(f"No scanned leaf lies under {path!r}.")
-        if not self._columns:
-            self._columns.update(columns(self.leaves))
-        return combine(path, self._columns, *found)
+        return combine(path, self._cols(), *found)
 
 
 _KEY = re.compile(r"""\['(?:[^'\\]|\\.)*'\]|\["(?:[^"\\]|\\.)*"\]|\[[^\]]*\]|\.[^.\[]+""")
@@ -127,7 +137,7 @@ def scan(tree, device=None, progress: Callable[[int, int], None] | None = None) 
         leaves, skipped = _scan_plain(tree, device, progress)
     if progress is not None:
         progress(len(leaves) + len(skipped), len(leaves) + len(skipped))
-    return Scan(tuple(leaves), tuple(skipped), time.perf_counter() - start_time)
+    return Scan(leaves, tuple(skipped), time.perf_counter() - start_time)
 
 
 def _paths(tree) -> list[str]:
@@ -135,18 +145,8 @@ def _paths(tree) -> list[str]:
     return [jax.tree_util.keystr(p) for p, _ in flat]
 
 
-def _stats_list(paths, dtypes, shapes, f: dict) -> list[LeafStats]:
-    """LeafStats of many leaves at once (column lists zipped: 100k leaves in ~0.1 s)."""
-    sizes = [math.prod(shape) for shape in shapes]
-    counts = [np.asarray(f[k]).astype(np.int64).tolist() for k in ("nan", "posinf", "neginf",
-                                                                    "zeros")]
-    values = [np.asarray(f[k], np.float64).tolist() for k in ("min", "max", "mean", "std", "l2",
-                                                              "max_abs")]
-    return list(map(LeafStats._make, zip(paths, dtypes, shapes, sizes, *counts, *values,
-                                         strict=True)))
-
-
 _PATHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _layout_paths(layout) -> list[str]:
@@ -158,24 +158,45 @@ def _layout_paths(layout) -> list[str]:
     return found
 
 
+def _layout_groups(layout) -> dict:
+    """Per dtype group of a layout: its members (slot positions), their offsets and sizes,
+    computed once per layout (a loop over 100k slots costs more than the scan's kernel)."""
+    found = _GROUPS.get(layout)
+    if found is None:
+        slots = layout.slots
+        group = np.array([s.group for s in slots], object)
+        offsets = np.array([s.offset for s in slots], np.int64)
+        sizes = np.array([s.size for s in slots], np.int64)
+        found = {"dtypes": [s.dtype for s in slots], "shapes": [s.shape for s in slots],
+                 "sizes": sizes, "groups": {}}
+        for g in layout.group_dtypes:
+            members = np.flatnonzero(group == g)
+            found["groups"][g] = (members, offsets[members], sizes[members])
+        _GROUPS[layout] = found
+    return found
+
+
 @lru_cache(maxsize=64)
 def _buffer_jit(size: int, block: int, n_pieces: int, work: str):
     return jax.jit(buffer_kernel(size, block, n_pieces, work))
 
 
 def _scan_packed(tree: PackedTree, device, paths=None):
-    slots = tree.layout.slots
-    paths = _layout_paths(tree.layout) if paths is None else paths
-    found: dict[int, LeafStats] = {}
+    """Returns `(LeafTable of the scanned leaves, skipped key paths)` of a packed tree."""
+    layout = tree.layout
+    paths = _layout_paths(layout) if paths is None else paths
+    info = _layout_groups(layout)
+    n_slots = len(layout.slots)
+    cols = {k: np.zeros(n_slots) for k in ("nan", "posinf", "neginf", "zeros", "min", "max",
+                                            "mean", "std", "l2", "max_abs")}
+    scanned = np.zeros(n_slots, bool)
     for group, buffer in tree.buffers.items():
-        members = [i for i, s in enumerate(slots) if s.group == group]
-        work = work_dtype(tree.layout.group_dtypes[group])
+        members, offsets, sizes = info["groups"][group]
+        work = work_dtype(layout.group_dtypes[group])
         if work is None:
             continue
         size = int(buffer.size)
-        offsets = np.array([slots[i].offset for i in members], np.int64)
-        sizes = np.array([slots[i].size for i in members], np.int64)
-        block = block_for(tree.layout.sizes[group], len(members))
+        block = block_for(layout.sizes[group], len(members))
         start, stop, row, lo, hi, pieces = leaf_rows(offsets, sizes, size, block)
         rows = np.zeros((0, N_FIGURES))
         if size:
@@ -187,17 +208,18 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
-            grid = _careful_again(np.array(grid), x, size, block, work, device)
+            grid = _careful_again(np.asarray(grid), x, size, block, work, device)
             rows = np.concatenate([grid, np.asarray(piece_rows)])
             pieces = np.where(pieces >= 0, pieces + len(grid), -1)
         figures = leaf_figures(rows, start, stop, pieces)
-        stats = _stats_list([paths[i] for i in members], [slots[i].dtype for i in members],
-                            [slots[i].shape for i in members], figures)
-        found.update(zip(members, stats, strict=True))
-    if len(found) == len(slots):
-        return [found[i] for i in range(len(slots))], []
-    order = [found[i] for i in range(len(slots)) if i in found]
-    return order, [p for i, p in enumerate(paths) if i not in found]
+        for k, col in cols.items():
+            col[members] = figures[k]
+        scanned[members] = True
+    table = LeafTable(paths, info["dtypes"], info["shapes"], info["sizes"], cols)
+    if scanned.all():
+        return table, []
+    return table.select(np.flatnonzero(scanned)), [p for p, ok in zip(paths, scanned.tolist(),
+                                                                      strict=True) if not ok]
 
 
 @lru_cache(maxsize=64)
@@ -217,6 +239,7 @@ def _careful_again(grid: np.ndarray, x, size: int, block: int, work: str, device
     hi = np.where(np.arange(n) < len(bad), block, 0).astype(np.int32)
     again = jax.device_get(_pieces_jit(size, block, work)(
         x, *jax.device_put((rows, lo, hi), device)))
+    grid = np.array(grid)  # a writable copy, only when rows are replaced
     grid[bad] = np.asarray(again)[:len(bad)]
     return grid
 
@@ -241,7 +264,8 @@ def _scan_plain(tree, device, progress):
             skipped.append(path)
             continue
         todo.append((path, leaf, nbytes))
-    out: list[LeafStats] = []
+    out: list[LeafTable] = []
+    done = 0
     total = len(flat)
     for chunk in _chunks(todo):
         layout, leaves = plan_layout([leaf for _, leaf, _ in chunk])
@@ -251,10 +275,14 @@ def _scan_plain(tree, device, progress):
                 np.asarray(value).reshape(-1)
             del value
         stats, _ = _scan_packed(PackedTree(layout, buffers), device, [p for p, _, _ in chunk])
-        out.extend(stats)
+        out.append(stats)
+        done += len(stats)
         if progress is not None:
-            progress(len(out) + len(skipped), total)
-    return out, skipped
+            progress(done + len(skipped), total)
+    empty = LeafTable([], [], [], [], {k: [] for k in ("nan", "posinf", "neginf", "zeros",
+                                                       "min", "max", "mean", "std", "l2",
+                                                       "max_abs")})
+    return LeafTable.concat(out) if out else empty, skipped
 
 
 def _chunks(todo):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 _bar = jax.lax.optimization_barrier
-CHUNK = 1 << 16
+CHUNK = 1 << 14  # elements per step: 1 << 16 measured 1.5x slower (operands leave the cache)
 N_FIGURES = 8
 SUM_SQ, MAX_ABS, NONFINITE, DIFF_SQ, PREV_SQ, DOT, CHANGED, NOW_SQ = range(N_FIGURES)
 

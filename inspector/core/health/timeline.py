@@ -10,6 +10,7 @@ checkpoints. The figures are kept as sums (`sum x^2`, `sum (x_t - x_{t-1})^2`, `
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from inspector.core.devices import resolve_device
 from inspector.core.diff import diff
 from inspector.core.errors import InspectorError
 from inspector.core.health import step_kernel as sk
+from inspector.core.health.host_step import host_steps
 from inspector.core.health.kernels import work_dtype
 from inspector.core.health.sources import checkpoint_folder, step_number
 from inspector.core.leaves import leaf_info
@@ -251,8 +253,11 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     sums["paired"] = np.zeros((n, steps), bool)
     total = sum(len(f) for f in flats)
     done = 0
+    pending = None  # the last dispatched kernel: resolved after the next leaf is read
+    on_host = device.platform == "cpu"
     for i, path in enumerate(paths):
         prev = prev_info = None
+        batch: list = []  # this path's float32 leaves on the host: [t, leaf, paired, recorded]
         for t, leaves in enumerate(flats):
             leaf = leaves.get(path)
             info = leaf_info(leaf) if leaf is not None else None
@@ -262,25 +267,82 @@ def timeline(sources, labels: Sequence | None = None, device=None,
                 if leaf is not None:
                     done += 1
                 continue
-            x = jax.device_put(np.asarray(leaf) if not isinstance(leaf, jax.Array) else leaf,
-                               device)
             done += 1
             paired = prev is not None and prev_info[:2] == info[:2]
             size = math.prod(info[0])
-            figures = np.zeros(sk.N_FIGURES)
-            if size:
+            if on_host and np.dtype(info[1]) == np.float32 and size:
+                # float32 on the CPU: reduced by NumPy where the leaves lie, all steps of
+                # this key path chunk by chunk (host_step.py)
+                x = np.asarray(leaf)
+                if not paired:
+                    _flush(sums, i, batch, device)
+                    batch = []
+                batch.append([t, x, paired, False])
+                if not _mapped(x) and len(batch) > 1:
+                    # read into memory (not a file's map): keep two such leaves at most
+                    _flush(sums, i, batch, device)
+                    batch = [batch[-1]]
+            else:
+                # reading this leaf overlaps the kernel dispatched for the one before (JAX
+                # runs it asynchronously); its figures are fetched only after the read
+                x = jax.device_put(np.asarray(leaf) if not isinstance(leaf, jax.Array)
+                                   else leaf, device)
+                if pending is not None:
+                    _resolve_pending(sums, *pending)
+                    pending = None
                 pair = (prev if paired else x, x)
-                figures = np.asarray(sk.step_kernel(size, info[1], work)(*pair), np.float64)
-                if not np.isfinite(figures).all():  # NaN/Inf in a leaf: tell them apart
-                    figures = np.asarray(sk.careful_kernel(size, info[1], work)(*pair),
-                                         np.float64)
-            _record(sums, i, t, figures, math.prod(info[0]), paired)
+                result = sk.step_kernel(size, info[1], work)(*pair) if size else None
+                pending = (i, t, result, pair, size, info[1], work, paired)
             prev, prev_info = x, info
             if progress is not None:
                 progress(done, total)
+        _flush(sums, i, batch, device)
+    if pending is not None:
+        _resolve_pending(sums, *pending)
     changes = _changes(trees, labels)
     return Timeline(labels, paths, [order[p] for p in paths], sums, changes,
                     time.perf_counter() - begin)
+
+
+def _mapped(x: np.ndarray) -> bool:
+    """Whether `x` lies in a memory map (a checkpoint file's pages, not a copy in memory)."""
+    while x is not None:
+        if isinstance(x, np.memmap | mmap.mmap):
+            return True
+        x = getattr(x, "base", None)
+    return False
+
+
+def _flush(sums, i, batch, device):
+    """Records the figures of `batch` (one key path's float32 leaves at successive steps,
+    each `[t, leaf, paired, recorded]`; `paired`: compared with the entry before) computed
+    chunk-major on the host; a pair whose sums come out non-finite (NaN/Inf) is reduced again
+    by the careful kernel."""
+    todo = [e for e in batch if not e[3]]
+    if not todo:
+        return
+    figures = host_steps([e[1] for e in batch], [e[2] and k > 0 for k, e in enumerate(batch)])
+    for k, (t, x, paired, recorded) in enumerate(batch):
+        if recorded:
+            continue
+        f = figures[k]
+        if not np.isfinite(f).all():
+            pair = (batch[k - 1][1] if paired else x, x)
+            f = np.asarray(sk.careful_kernel(x.size, "float32", "float32")(
+                *jax.device_put(pair, device)), np.float64)
+        _record(sums, i, t, f, x.size, paired)
+        batch[k][3] = True
+
+
+def _resolve_pending(sums, i, t, result, pair, size, dtype, work, paired):
+    """Fetches a dispatched step kernel's figures (reduced again by the careful kernel when
+    they are not finite: NaN/Inf in a leaf) and records them."""
+    figures = np.zeros(sk.N_FIGURES)
+    if size:
+        figures = np.asarray(result, np.float64)
+        if not np.isfinite(figures).all():  # NaN/Inf in a leaf: tell them apart
+            figures = np.asarray(sk.careful_kernel(size, dtype, work)(*pair), np.float64)
+    _record(sums, i, t, figures, size, paired)
 
 
 def _record(sums, i, t, figures, size, paired):
