@@ -48,6 +48,7 @@ def _write(folder: Path, layers: int) -> tuple[Path, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=11_111)
+    parser.add_argument("--screenshot", help="save the page with its align table (a PNG)")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -84,6 +85,8 @@ def main() -> None:
             seconds = time.perf_counter() - start
             print(f"app: click on Align to the table's first row painted: {seconds:.2f} s")
             print(page.get_by_text("target leaves paired").first.inner_text())
+            if args.screenshot:
+                page.screenshot(path=args.screenshot, full_page=True)
             # A row re-paired by hand: the alignment changes, its 100,002 rows are rebuilt and
             # the page shown again (no align in this one: the table's own cost)
             rows = page.locator(".align-view .tabulator-row")

@@ -18,7 +18,7 @@ from inspector.core import weighted_sum as _ws
 from inspector.core.index.indexing import index
 from inspector.core.lazy_result import lazy_result
 from inspector.core.op import register
-from inspector.core.packed import PackedTree
+from inspector.core.packed import unpacked
 from inspector.core.port import convert as _convert
 from inspector.core.port.alignment import Alignment
 from inspector.core.quant import dequantize as _dq
@@ -55,7 +55,7 @@ def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = No
     if out is None:
         return _ws.weighted_sum(trees, weights, device=device)
     # Packed inputs stream too: their leaves are views into the buffers.
-    trees = [t.unpack() if isinstance(t, PackedTree) else t for t in trees]
+    trees = [unpacked(t) for t in trees]
     plan = _ws.plan_weighted_sum(trees, weights, device)
     return write_streamed(lazy_result(plan, progress), out)
 
@@ -84,9 +84,8 @@ def merge(method: str, trees, *, base=None, weights=None, device=None,
     """
     if out is None:
         return _merge.merge(method, trees, base=base, weights=weights, device=device, **params)
-    unpack = lambda t: t.unpack() if isinstance(t, PackedTree) else t  # noqa: E731
-    plan = _merge.plan_merge(method, [unpack(t) for t in trees],
-                             base=None if base is None else unpack(base), weights=weights,
+    plan = _merge.plan_merge(method, [unpacked(t) for t in trees],
+                             base=None if base is None else unpacked(base), weights=weights,
                              device=device, **params)
     return write_streamed(lazy_result(plan), out)
 
@@ -114,7 +113,7 @@ def dequantize(tree, dtype="bfloat16", device=None, out: str | os.PathLike | Non
     """
     if out is None:
         return _dq.dequantize(tree, dtype, device=device)
-    plan = _dq.plan_dequantize(tree.unpack() if isinstance(tree, PackedTree) else tree,
+    plan = _dq.plan_dequantize(tree,
                                dtype, device)
     return write_streamed(lazy_result(plan, progress), out)
 

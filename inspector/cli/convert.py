@@ -17,7 +17,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from inspector.cli.output import CLEAN, FINDING, Output, common_options, plural
+from inspector.cli.output import (
+    CLEAN,
+    FINDING,
+    Output,
+    add_device,
+    add_out_file,
+    common_options,
+    plural,
+)
 
 
 def add_parser(subparsers) -> None:
@@ -31,8 +39,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--to", required=True, dest="target", metavar="TARGET",
                         help="a checkpoint of the layout to port onto (its shapes and dtypes "
                         "are read, not its values)")
-    parser.add_argument("-o", "--out", required=True, metavar="OUT",
-                        help="the file to write (.safetensors or .npz)")
+    add_out_file(parser)
     parser.add_argument("--mapping", metavar="M.json",
                         help="a mapping saved with --save-mapping (or Alignment.to_json), "
                         "applied instead of aligning")
@@ -40,8 +47,7 @@ def add_parser(subparsers) -> None:
                         help="write the mapping used as JSON (to review, fix and reuse)")
     parser.add_argument("--allow-missing", action="store_true",
                         help="write what is paired; leave unmatched and ambiguous targets out")
-    parser.add_argument("--device", default=None,
-                        help="where the kernels run (e.g. cpu, gpu:0; default JAX's)")
+    add_device(parser)
     parser.set_defaults(run=run)
 
 

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import time
 
-from inspector.cli.output import CLEAN, FINDING, Output, common_options, plural
+from inspector.cli.output import (
+    CLEAN,
+    FINDING,
+    Output,
+    add_device,
+    add_out_file,
+    common_options,
+    plural,
+)
 
 
 def add_parser(subparsers) -> None:
@@ -24,13 +32,11 @@ def add_parser(subparsers) -> None:
         "into OUT, streamed one weight at a time, the other leaves copied through. Exit status "
         "1 when some weights could not be dequantized (listed with their problems).")
     parser.add_argument("checkpoint", help="the checkpoint (file, model folder or URL)")
-    parser.add_argument("-o", "--out", required=True, metavar="OUT",
-                        help="the file to write (.safetensors or .npz)")
+    add_out_file(parser)
     parser.add_argument("--dtype", default="bfloat16",
                         choices=("bfloat16", "float16", "float32"),
                         help="the dequantized weights' dtype (default bfloat16)")
-    parser.add_argument("--device", default=None,
-                        help="where the kernels run (e.g. cpu, gpu:0; default JAX's)")
+    add_device(parser)
     parser.set_defaults(run=run)
 
 

@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from inspector.cli.output import CLEAN, Output, common_options
+from inspector.cli.output import CLEAN, Output, add_device, common_options
 
 _SIZE_UNITS = {"": 1, "K": 1000, "M": 1000**2, "B": 1000**3, "G": 1000**3, "T": 1000**4}
 
@@ -36,8 +36,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out-shard-size", type=_size, default=None, metavar="SIZE",
                         help="bytes per output file before sharding, as mergekit writes it: "
                         "5B (the default: 5 GB), 500M, 64K or a number")
-    parser.add_argument("--device", default=None,
-                        help="where the merge kernels run (e.g. cpu, gpu:0; default JAX's)")
+    add_device(parser, "the merge kernels run")
     parser.set_defaults(run=run)
 
 

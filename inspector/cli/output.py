@@ -36,6 +36,18 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
+def add_device(parser: argparse.ArgumentParser, what: str = "the kernels run") -> None:
+    """`--device`: where the work runs (`cpu`, `gpu:0`; JAX's default when not given)."""
+    parser.add_argument("--device", default=None,
+                        help=f"where {what} (e.g. cpu, gpu:0; default JAX's)")
+
+
+def add_out_file(parser: argparse.ArgumentParser) -> None:
+    """`-o/--out`: the file a subcommand writes."""
+    parser.add_argument("-o", "--out", required=True, metavar="OUT",
+                        help="the file to write (.safetensors or .npz)")
+
+
 def use_colour(stream) -> bool:
     """Whether to colour what goes to `stream`: a terminal, and `NO_COLOR` unset (or empty)."""
     if os.environ.get("NO_COLOR"):

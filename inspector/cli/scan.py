@@ -11,7 +11,7 @@ elements, and the zeros. Exit status 1 when any leaf holds a NaN or an Inf.
 
 from __future__ import annotations
 
-from inspector.cli.output import CLEAN, FINDING, Output, common_options, finite
+from inspector.cli.output import CLEAN, FINDING, Output, add_device, common_options, finite
 
 COLUMNS = ("path", "dtype", "shape", "nan", "inf", "min", "max", "mean", "std", "l2",
            "max_abs", "zeros")
@@ -26,8 +26,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("checkpoint", help="the checkpoint (file, model folder or URL)")
     parser.add_argument("--nonfinite", action="store_true",
                         help="list only the leaves holding NaN or Inf")
-    parser.add_argument("--device", default=None,
-                        help="where the reductions run (e.g. cpu, gpu:0; default JAX's)")
+    add_device(parser, "the reductions run")
     parser.set_defaults(run=run)
 
 

@@ -12,7 +12,7 @@ a NaN or Inf is found.
 
 from __future__ import annotations
 
-from inspector.cli.output import CLEAN, FINDING, Output, common_options, finite, plural
+from inspector.cli.output import CLEAN, FINDING, Output, add_device, common_options, finite, plural
 
 
 def add_parser(subparsers) -> None:
@@ -25,8 +25,7 @@ def add_parser(subparsers) -> None:
         "any NaN or Inf is found, 0 when none.")
     parser.add_argument("sources", nargs="+", metavar="DIR_OR_CKPT",
                         help="a folder of checkpoints, or checkpoints in step order")
-    parser.add_argument("--device", default=None,
-                        help="where the reductions run (e.g. cpu, gpu:0; default JAX's)")
+    add_device(parser, "the reductions run")
     parser.set_defaults(run=run)
 
 

@@ -57,7 +57,6 @@ def _on_event_duration(event: str, duration: float, **_) -> None:
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_event_duration)
-compile_cache.enable()  # kernels compiled by an earlier process come from disk
 
 
 def compile_count() -> int:
@@ -324,6 +323,8 @@ def _lower(call: Call, device) -> jax.stages.Lowered:
 
 
 def _compile(call: Call, device) -> jax.stages.Compiled:
+    # at the first compile, not at import: the cache settings are JAX's, process-wide
+    compile_cache.enable()  # kernels compiled by an earlier process come from disk
     return _lower(call, device).compile()
 
 

@@ -179,3 +179,13 @@ def test_host_steps_chunk_by_chunk_match_numpy_float64():
             x.view(np.uint32) != y.view(np.uint32))
     c64 = c.astype(np.float64)
     assert got[2, 0] == pytest.approx(c64 @ c64, rel=1e-6) and got[2, 6] == 0
+
+
+def test_one_checkpoint_path_is_one_step(tmp_path):
+    """A single file (not a folder of steps) is one source, not a list of its characters."""
+    path = tmp_path / "ckpt_100.safetensors"
+    inspector.save({"w": np.arange(4, dtype=np.float32)}, path)
+    for source in (path, str(path)):
+        t = inspector.timeline(source)
+        assert list(t.labels) == [100]
+        assert t.table("l2").values[:, 0].tolist() == [pytest.approx(np.sqrt(14.0))]

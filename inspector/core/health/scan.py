@@ -30,6 +30,7 @@ from inspector.core.health.partials import leaf_figures
 from inspector.core.lazy import read_ahead
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import PackedTree, plan_layout
+from inspector.core.validate import key_paths
 
 _CHUNK_BYTES = 64 << 20  # plain trees are scanned this many bytes of leaves at a time
 
@@ -140,11 +141,6 @@ def scan(tree, device=None, progress: Callable[[int, int], None] | None = None) 
     return Scan(leaves, tuple(skipped), time.perf_counter() - start_time)
 
 
-def _paths(tree) -> list[str]:
-    flat, _ = nodes.flatten(tree, with_path=True)
-    return [jax.tree_util.keystr(p) for p, _ in flat]
-
-
 _PATHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -154,7 +150,7 @@ def _layout_paths(layout) -> list[str]:
     interned: every tree of one structure shares them)."""
     found = _PATHS.get(layout)
     if found is None:
-        found = _PATHS[layout] = _paths(layout.structure)
+        found = _PATHS[layout] = key_paths(layout.structure)
     return found
 
 

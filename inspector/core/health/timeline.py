@@ -183,7 +183,8 @@ def _resolve(sources, labels):
         items = [p for _, p in found]
         default = [s for s, _ in found]
     else:
-        items = list(sources)
+        # one checkpoint path (a file, an orbax folder) is one source, not its characters
+        items = [sources] if isinstance(sources, str | os.PathLike) else list(sources)
         numbers = [step_number(str(x)) if isinstance(x, str | os.PathLike) else None
                    for x in items]
         default = numbers if all(n is not None for n in numbers) and \

@@ -58,7 +58,7 @@ def _call(group: QuantGroup, node, dtype: str, device) -> Call:
         block = group.block if kind == "block" else shape
         bits = device.platform == "cpu"
         code_dtype = np.dtype(members[0].dtype)
-        make = lambda: kernels.make_fp8(shape, shapes[1], block, kind, dtype,  # noqa: E731
+        make = lambda: kernels.make_fp8(shape, block, kind, dtype,  # noqa: E731
                                         code_dtype, bits)
         static = (kind, block, bits)
     elif group.scheme == S.MXFP4:

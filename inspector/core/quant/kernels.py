@@ -57,7 +57,7 @@ def fp8_bits(codes, code_dtype):
     return jax.lax.bitcast_convert_type(sign | body, jnp.float32)
 
 
-def make_fp8(shape: tuple, scale_shape: tuple, block: tuple, kind: str, out_dtype: str,
+def make_fp8(shape: tuple, block: tuple, kind: str, out_dtype: str,
              code_dtype=None, bits: bool = False):
     """`w = float(code) * scale`, the scale repeated over its block (ceil tiling).
 
@@ -82,7 +82,6 @@ def make_fp8(shape: tuple, scale_shape: tuple, block: tuple, kind: str, out_dtyp
                 s = jax.lax.slice_in_dim(jnp.repeat(s, b, axis=axis), 0, n, axis=axis)
         return (x * s).astype(out_dtype)
 
-    del scale_shape
     return kernel
 
 

@@ -129,7 +129,11 @@ class HealthState(param.Parameterized):
             return
         self.picked = (row, step)
         a, b = (max(step - 1, 0), step)
-        names = [self._loaded_name(i) for i in (a, b)]
+        try:  # a step's checkpoint moved or damaged since the timeline read it
+            names = [self._loaded_name(i) for i in (a, b)]
+        except inspector.InspectorError as exc:
+            state.error = error_text(exc, state.file_root)
+            return
         state.compare.param.update(diff_a=names[0], diff_b=names[1])
         state.tree_views["diff"].path = row
         self.compare_shown = True

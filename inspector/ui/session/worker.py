@@ -52,7 +52,7 @@ class Worker:
 
     def __init__(self, session):
         self._session = session
-        self._queue: list[tuple[str, Callable, bool]] = []
+        self._queue: list[tuple[str, Task | Callable]] = []
         self._progress_shown = 0.0
 
     def submit(self, running: str, task: Task | Callable[[], Task], coalesce: bool = False) -> None:
@@ -62,7 +62,7 @@ class Worker:
         the latest weights, not every step of the drag)."""
         if coalesce:
             self._queue = [q for q in self._queue if q[0] != running]
-        self._queue.append((running, task, coalesce))
+        self._queue.append((running, task))
         if not self._session.busy:
             self._next()
 
@@ -110,12 +110,13 @@ class Worker:
     def _next(self) -> None:
         session = self._session
         while self._queue:
-            running, make, _ = self._queue.pop(0)
+            running, make = self._queue.pop(0)
             try:
                 task = make() if not isinstance(make, Task) else make
             except Exception as exc:  # bad settings: say why, keep everything else
                 self._fail(None, exc)
                 continue
+            self._progress_shown = 0.0  # a new task's first progress always shows
             session.param.update(busy=True, status=task.status, progress=None, running=running)
             if session.background:
                 param.parameterized.async_executor(lambda t=task: self._in_thread(t))
