@@ -57,8 +57,12 @@ class AlignView(pn.viewable.Viewer):
                                 sizing_mode="stretch_width", visible=False, margin=(5, 10))
         self.table = pn.widgets.Tabulator(
             value=None, pagination="remote", page_size=self.page_size, show_index=False,
-            disabled=True, selectable=1, sizing_mode="stretch_width", layout="fit_data_stretch",
-            header_align="left", formatters={"status": {"type": "html"}},
+            disabled=True, selectable=1, sizing_mode="stretch_width", layout="fit_columns",
+            header_align="left", formatters={"status": {"type": "html"},
+                                             "reason": {"type": "textarea"}},
+            widths={"status": "7%", "target": "29%", "source": "29%", "transform": "11%",
+                    "score": "6%", "reason": "18%"},
+            configuration={"columnDefaults": {"tooltip": True}},
             titles={"target": "target (b)", "source": "source (a)"}, visible=False)
         self.table.param.watch(self._on_selection, "selection")
         self.editing = pmui.Typography("", variant="body2", margin=(5, 10))
