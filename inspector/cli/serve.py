@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.process_id < max(args.num_processes, 1):
         return _fail(f"--process-id {args.process_id}: give 0 to {args.num_processes - 1}.")
     if args.coordinator is not None:
-        from inspector.ui.session.hosts import initialize
+        from inspector.cli.hosts import initialize
 
         initialize(args.coordinator, args.num_processes, args.process_id)  # before any JAX work
     import inspector
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
     leader = None
     if args.coordinator is not None:
-        from inspector.ui.session.hosts import Leader
+        from inspector.cli.hosts import Leader
 
         leader = Leader()
 
@@ -188,8 +188,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _follow(args, trees: dict, root, examples: bool) -> int:
     """A follower: builds each page session's state as process 0 does and runs its commands."""
+    from inspector.cli.hosts import follow
     from inspector.ui.app import new_state
-    from inspector.ui.session.hosts import follow
+    from inspector.ui.session.host_commands import run_command
     from inspector.ui.session.loaded import prepare
 
     prepared = [prepare(name, tree, "command line") for name, tree in trees.items()]
@@ -202,7 +203,7 @@ def _follow(args, trees: dict, root, examples: bool) -> int:
     me = f"{PROG} [process {args.process_id}/{args.num_processes}]"
     print(f"{me}: following process 0 ({args.coordinator})", flush=True)
     try:
-        follow(session, log=lambda line: print(f"{me}: {line}", flush=True))
+        follow(session, run_command, log=lambda line: print(f"{me}: {line}", flush=True))
     except KeyboardInterrupt:
         pass
     return 0
