@@ -82,13 +82,14 @@ def _about(path: str) -> tuple[str, dict]:
     """The file's format and metadata (`("", {})` where they cannot be told)."""
     from inspector.cli.loading import model_file
     from inspector.core.errors import InspectorError
-    from inspector.io.file_metadata import file_metadata
+    from inspector.io.file_info import file_info
     from inspector.io.locate import is_url
 
     try:
         if not is_url(path) and Path(path).is_dir():
             path = model_file(Path(path))
-        return file_metadata(path)
+        info = file_info(path)
+        return info.format, dict(info.metadata)
     except (InspectorError, OSError):
         return "", {}
 

@@ -11,18 +11,21 @@ the shards agree on, so one bad shard does not hide the rest, and the app shows 
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from inspector.core import caches
 from inspector.core.errors import InspectorError, bullet_list
 from inspector.io import nesting
 from inspector.io.file_error import file_error
+from inspector.io.gc_pause import gc_paused
 from inspector.io.limits import confined
 from inspector.io.locate import locate
 from inspector.io.location import LocalFile, Location
-from inspector.io.safetensors_format import _leaf
+from inspector.io.safetensors_format import lazy_leaf
 from inspector.io.safetensors_header import TensorEntry, read_header, read_json
 
 KINDS = ("missing_file", "damaged_file", "missing_tensor", "stray_tensor", "duplicate",
@@ -106,27 +109,71 @@ def load_index(path: str | os.PathLike | Location) -> dict:
         LoadError: the index is unreadable, names a shard outside its folder (or `root`), or
             no tensor at all can be loaded (every problem is listed).
     """
-    survey = _survey(locate(path))
-    pairs = [
-        (name, _leaf(survey.shards[shard], survey.headers[shard][name]))
-        for name, shard in survey.weight_map.items()
-        if name in survey.headers.get(shard, {})
-    ]
-    if not pairs and survey.weight_map:
-        raise file_error(
-            survey.index,
-            "no tensor of its weight_map can be loaded",
-            "Download the shards the index names next to it.",
-            details=bullet_list(str(p) for p in survey.problems),
-        )
-    return nesting.unflatten(pairs, survey.index)
+    with gc_paused():  # 100k tensors make ~1M objects: no collector passes over them meanwhile
+        survey = _survey(locate(path))
+        prefixes = {shard: f"{location}:" for shard, location in survey.shards.items()}
+        pairs = [
+            (name, lazy_leaf(survey.shards[shard], survey.headers[shard][name], prefixes[shard]))
+            for name, shard in survey.weight_map.items()
+            if name in survey.headers.get(shard, {})
+        ]
+        if not pairs and survey.weight_map:
+            raise file_error(
+                survey.index,
+                "no tensor of its weight_map can be loaded",
+                "Download the shards the index names next to it.",
+                details=bullet_list(str(p) for p in survey.problems),
+            )
+        return nesting.unflatten(pairs, survey.index)
+
+
+_LAST: dict[tuple, dict] = {}  # the shard headers last read: {(index, shards as found): ...}
+_LAST_LOCK = threading.Lock()
+caches.register_mapping("sharded index headers", _LAST, _LAST_LOCK)
 
 
 def _survey(index: Location) -> _Survey:
+    """The index and its shards' headers, and every problem found. Opening a checkpoint
+    (`load_index`) and then its file facts (`file_info`: `check_index`) read the shard headers
+    once: for a local index, the headers last read are reused while the index names the same
+    shards and each still has the size and modification time it had (a remote checkpoint's
+    shards are read each time: telling whether they changed costs what reading does)."""
     weight_map = _weight_map(index)
     names = list(dict.fromkeys(weight_map.values()))
     shards = {name: _shard_location(index, name) for name in names}
+    key = None
+    if index.local_path is not None:
+        key = (str(index), tuple((name, _stamp(shards[name])) for name in names))
+    with _LAST_LOCK:
+        results = _LAST.get(key) if key is not None else None
+    if results is None:
+        results = _read_headers(index, names, shards)
+        if key is not None:
+            with _LAST_LOCK:
+                _LAST.clear()
+                _LAST[key] = results
     problems: list[IndexProblem] = []
+    headers = {n: r for n, r in results.items() if isinstance(r, dict)}
+    problems += [r for r in results.values() if isinstance(r, IndexProblem)]
+    problems += _tensor_problems(weight_map, headers)
+    problems += _stray_files(index, set(names))
+    problems += _dtype_mix(headers)
+    order = {kind: i for i, kind in enumerate(KINDS)}
+    problems.sort(key=lambda p: (order[p.kind], p.path))
+    return _Survey(index, weight_map, shards, headers, problems)
+
+
+def _stamp(shard: Location) -> tuple | None:
+    """A local shard's (size, modification time in ns), or None where it is absent."""
+    try:
+        st = os.stat(shard.local_path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _read_headers(index: Location, names: list[str], shards: dict[str, Location]) -> dict:
+    """Each shard's header as {tensor name: entry}, or the `IndexProblem` why it has none."""
 
     def header(name: str):
         shard = shards[name]
@@ -141,15 +188,7 @@ def _survey(index: Location) -> _Survey:
 
     # remote shards' headers are fetched concurrently (local ones cost microseconds each)
     with ThreadPoolExecutor(max_workers=1 if index.local_path else 8) as pool:
-        results = dict(zip(names, pool.map(header, names), strict=True))
-    headers = {n: r for n, r in results.items() if isinstance(r, dict)}
-    problems += [r for r in results.values() if isinstance(r, IndexProblem)]
-    problems += _tensor_problems(weight_map, headers)
-    problems += _stray_files(index, set(names))
-    problems += _dtype_mix(headers)
-    order = {kind: i for i, kind in enumerate(KINDS)}
-    problems.sort(key=lambda p: (order[p.kind], p.path))
-    return _Survey(index, weight_map, shards, headers, problems)
+        return dict(zip(names, pool.map(header, names), strict=True))
 
 
 def _weight_map(index: Location) -> dict[str, str]:
