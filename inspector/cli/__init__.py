@@ -33,7 +33,7 @@ import importlib
 import os
 import sys
 
-from inspector.cli.output import PROG, fail
+from inspector.cli.output import PROG, Failed, fail
 from inspector.cli.serve import check_exposure, load_all, parse_args  # noqa: F401  (public)
 
 SUBCOMMANDS = {
@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         args.run = importlib.import_module(SUBCOMMANDS["serve"]).run
     try:
         return args.run(args)
+    except Failed as failed:  # the message is printed already
+        return failed.status
     except BrokenPipeError:  # `pytree-inspector show big.safetensors | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -45,7 +45,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     out = Output(args.json, args.quiet)
     import inspector
-    from inspector.cli.loading import model_file
+    from inspector.cli.loading import checkpoint_path
     from inspector.core.errors import MissingDependencyError
     from inspector.io.locate import is_url
 
@@ -54,8 +54,7 @@ def run(args) -> int:
         if not is_url(path):
             if not Path(path).exists():
                 return out.fail(f"Cannot check {path}: the path does not exist.")
-            if Path(path).is_dir():
-                path = str(model_file(Path(path)))
+            path = checkpoint_path(path)
     except inspector.InspectorError as error:  # a folder of several files and no index
         return out.fail(str(error))
     problems: list[dict] = []

@@ -58,11 +58,7 @@ def run(args) -> int:
 
     start = time.perf_counter()
     source = load_or_fail(args.source, out)
-    if isinstance(source, int):
-        return source
     target = load_or_fail(args.target, out)
-    if isinstance(target, int):
-        return target
     try:
         if args.mapping:
             text = Path(args.mapping).read_text(encoding="utf-8")
@@ -96,8 +92,7 @@ def run(args) -> int:
         with progress:
             written = inspector.convert(
                 source, alignment, allow_missing=args.allow_missing, device=args.device,
-                out=args.out, progress=lambda p: progress(p.done, p.total,
-                                                          f"{human_bytes(p.rate)}/s"))
+                out=args.out, progress=progress.rate)
     except inspector.InspectorError as error:
         return out.fail(str(error))
     except OSError as error:

@@ -48,8 +48,6 @@ def run(args) -> int:
 
     start = time.perf_counter()
     tree = load_or_fail(args.checkpoint, out)
-    if isinstance(tree, int):
-        return tree
     groups = inspector.quant_groups(tree)
     done = [g for g in groups if g.usable]
     left = [g for g in groups if not g.usable]
@@ -58,7 +56,7 @@ def run(args) -> int:
         with progress:
             written = inspector.dequantize(
                 tree, args.dtype, device=args.device, out=args.out,
-                progress=lambda p: progress(p.done, p.total, f"{human_bytes(p.rate)}/s"))
+                progress=progress.rate)
     except inspector.InspectorError as error:
         return out.fail(str(error))
     except OSError as error:

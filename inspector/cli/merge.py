@@ -64,20 +64,15 @@ def run(args) -> int:
     trees = []
     for path, _ in sources:
         tree = load_or_fail(path, out)
-        if isinstance(tree, int):
-            return tree
         trees.append(tree)
     base = None
     if base_source is not None:
         base = load_or_fail(base_source[0], out)
-        if isinstance(base, int):
-            return base
     folder = Path(args.out_dir)
     try:
         plan = plan_merge(job.method, trees, base=base, device=args.device, **job.params)
         progress = out.progress("merging")
-        merged = lazy_result(plan, lambda p: progress(p.done, p.total,
-                                                      f"{human_bytes(p.rate)}/s"))
+        merged = lazy_result(plan, progress.rate)
         if job.dtype is not None:
             merged = _cast(merged, job.dtype)
         with progress:

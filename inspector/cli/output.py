@@ -111,6 +111,15 @@ def fail(message: str, stream=None) -> int:
     return ERROR
 
 
+class Failed(Exception):  # noqa: N818 (not an error of the program: a subcommand's outcome)
+    """A subcommand stops here with exit status `status`, its message already printed
+    (`loading.load_or_fail`); the command line's `main` returns the status."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
 class Progress:
     """How far some work has got, on stderr: `progress(done, total, detail="")`.
 
@@ -164,6 +173,13 @@ class Progress:
     def _print(self, done: int, total: int, detail: str) -> None:
         self.printed = (done, total, detail)
         print(f"{PROG}: {self._text(done, total, detail)}", file=self.stream, flush=True)
+
+    def rate(self, p) -> None:
+        """`progress=` for the library's streamed writers (`merge`, `convert`, `dequantize`):
+        their `p.done` of `p.total`, with the rate `p.rate` (bytes a second)."""
+        from inspector.core.node_text import human_bytes
+
+        self(p.done, p.total, f"{human_bytes(p.rate)}/s")
 
     def close(self) -> None:
         """Erases the bar (terminal), or prints the last state if lines were printed."""

@@ -129,18 +129,18 @@ def run(args: argparse.Namespace) -> int:
     """Serves the app until Ctrl+C; returns the exit status."""
     root = args.root.expanduser().resolve()
     if not root.is_dir():
-        return _fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
+        return fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
                      "open.")
     try:
         warning = check_exposure(args.address, args.origins)
     except ValueError as error:
-        return _fail(str(error))
+        return fail(str(error))
     if warning:
         print(f"{PROG}: {warning}", file=sys.stderr, flush=True)
     if args.coordinator is None and args.num_processes != 1:
-        return _fail("--num-processes needs --coordinator HOST:PORT (process 0's address).")
+        return fail("--num-processes needs --coordinator HOST:PORT (process 0's address).")
     if not 0 <= args.process_id < max(args.num_processes, 1):
-        return _fail(f"--process-id {args.process_id}: give 0 to {args.num_processes - 1}.")
+        return fail(f"--process-id {args.process_id}: give 0 to {args.num_processes - 1}.")
     if args.coordinator is not None:
         from inspector.cli.hosts import initialize
 
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trees = load_all(args.paths)
     except inspector.InspectorError as error:
-        return _fail(str(error))
+        return fail(str(error))
     examples = args.examples if args.examples is not None else not trees
     if args.coordinator is not None and args.process_id != 0:
         return _follow(args, trees, root, examples)
@@ -171,13 +171,13 @@ def run(args: argparse.Namespace) -> int:
 
     remote = list(args.remote_prefix) if args.allow_remote else remote_prefixes_from_env()
     if args.remote_prefix and not args.allow_remote:
-        return _fail("--remote-prefix needs --allow-remote.")
+        return fail("--remote-prefix needs --allow-remote.")
     try:
         serve(trees, root=root, address=args.address, port=args.port, show=args.show,
               examples=examples, started=started, hosts=leader,
               origins=args.origins, remote_prefixes=remote)
     except OSError as error:  # the port is taken, the address is not this machine's, ...
-        return _fail(f"cannot serve on {args.address}:{args.port}: {error}")
+        return fail(f"cannot serve on {args.address}:{args.port}: {error}")
     except KeyboardInterrupt:
         pass
     finally:
@@ -208,6 +208,3 @@ def _follow(args, trees: dict, root, examples: bool) -> int:
         pass
     return 0
 
-
-def _fail(message: str) -> int:
-    return fail(message, sys.stderr)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 from inspector.cli.output import CLEAN, Output, common_options
 from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
@@ -46,17 +45,16 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     out = Output(args.json, args.quiet)
     import inspector
-    from inspector.cli.loading import load_or_fail
+    from inspector.cli.loading import checkpoint_path_or_fail, load_or_fail
     from inspector.core.tree_index import TreeIndex
 
-    tree = load_or_fail(args.path, out)
-    if isinstance(tree, int):
-        return tree
+    path = checkpoint_path_or_fail(args.path, out)  # a folder's model file, found once
+    tree = load_or_fail(path, out)
     rows = inspector.describe(tree)
     index = TreeIndex(rows, tree)  # the tree: quantized weights shown as one row each
     every = args.all or args.match is not None
     index.fold = not every
-    fmt, metadata = _about(args.path)
+    fmt, metadata = _about(path)
     root = rows[0]
     if out.json:
         out.record("file", path=str(args.path), format=fmt, metadata=metadata,
@@ -80,14 +78,10 @@ def run(args) -> int:
 
 def _about(path: str) -> tuple[str, dict]:
     """The file's format and metadata (`("", {})` where they cannot be told)."""
-    from inspector.cli.loading import model_file
     from inspector.core.errors import InspectorError
     from inspector.io.file_info import file_info
-    from inspector.io.locate import is_url
 
     try:
-        if not is_url(path) and Path(path).is_dir():
-            path = model_file(Path(path))
         info = file_info(path)
         return info.format, dict(info.metadata)
     except (InspectorError, OSError):
