@@ -8,18 +8,10 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from inspector.ui.session.state import InspectorState
 from inspector.ui.tree_view import TreeView
 
 gguf = pytest.importorskip("gguf")
 S1, S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
-
-
-@pytest.fixture
-def session(tmp_path):
-    s = InspectorState(file_root=str(tmp_path))
-    s.add_tree("kept", {"w": np.ones(2, np.float32)})
-    return s
 
 
 def _open(state, *paths):

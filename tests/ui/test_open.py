@@ -23,14 +23,6 @@ MODEL = {
 }
 
 
-@pytest.fixture
-def session(tmp_path):
-    """A session whose file picker may open `tmp_path`, with one tree already loaded."""
-    s = InspectorState(file_root=str(tmp_path))
-    s.add_tree("kept", {"w": np.ones(2, np.float32)})
-    return s
-
-
 def _open(state, *paths):
     state.open.param.update(open_paths=[str(p) for p in paths])
     state.open.param.trigger("open_files")
