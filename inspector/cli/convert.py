@@ -87,16 +87,9 @@ def run(args) -> int:
         return FINDING
     from inspector.core.node_text import human_bytes
 
-    try:
-        progress = out.progress("converting")
-        with progress:
-            written = inspector.convert(
-                source, alignment, allow_missing=args.allow_missing, device=args.device,
-                out=args.out, progress=progress.rate)
-    except inspector.InspectorError as error:
-        return out.fail(str(error))
-    except OSError as error:
-        return out.fail(f"Cannot write {args.out}: {error.strerror or error}.")
+    written = out.write_or_fail("converting", args.out, lambda progress: inspector.convert(
+        source, alignment, allow_missing=args.allow_missing, device=args.device, out=args.out,
+        progress=progress.rate))
     seconds = time.perf_counter() - start
     root = inspector.describe(written)[0]
     if out.json:

@@ -104,6 +104,24 @@ class Output:
         """A progress display for `what` (e.g. `"merging"`): call it with (done, total)."""
         return Progress(what, self.stderr, enabled=not self.quiet)
 
+    def write_or_fail(self, what: str, target: str, work):
+        """Returns `work(progress)`, a streamed write shown as `what` (e.g. `"merging"`).
+
+        Raises:
+            Failed: the library refused (its message printed) or writing failed (`Cannot
+                write <target>: <why>.`).
+        """
+        from inspector.core.errors import InspectorError
+
+        try:
+            with self.progress(what) as progress:
+                return work(progress)
+        except InspectorError as error:
+            raise Failed(self.fail(str(error))) from None
+        except OSError as error:
+            raise Failed(self.fail(f"Cannot write {target}: {error.strerror or error}.")) \
+                from None
+
 
 def fail(message: str, stream=None) -> int:
     """Prints `pytree-inspector: message` on stderr and returns 2 (an error)."""
