@@ -51,3 +51,14 @@ def test_the_page_shows_the_library_figures():
     table = {r["path"]: (r["max_abs"], r["rel_l2"]) for r in state.compare.diff_table
              if r["kind"] == "leaf"}
     assert table == library
+
+
+def test_the_eager_check_measures_as_the_library_does():
+    from inspector.ui.session.eager import max_abs_diff
+
+    library = max(d.max_abs for d in inspector.diff(A, B, values=True) if d.kind == "value")
+    assert max_abs_diff(A, B) == library == pytest.approx(
+        max(reference(f"['{k}']")[0] for k in A), rel=1e-6)
+    assert max_abs_diff({"w": np.array([1.0, np.nan])}, {"w": np.array([1.0, np.nan])}) == 0.0
+    assert np.isnan(max_abs_diff({"w": np.array([1.0, np.nan])}, {"w": np.array([np.nan, 1.0])}))
+    assert max_abs_diff({}, {}) == 0.0
