@@ -15,7 +15,7 @@ import panel_material_ui as pmui
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
-from inspector.core.diff_union import shown_kinds
+from inspector.core.diff.union import shown_kinds
 from inspector.ui.align_view import AlignView
 from inspector.ui.layout import columns
 from inspector.ui.lazy_tree import LazyTree
@@ -259,7 +259,7 @@ class DiffValuesView(pn.viewable.Viewer):
 def _frame(rows):
     import pandas as pd
 
-    from inspector.core.value_diff import COLUMNS
+    from inspector.core.diff.values import COLUMNS
 
     return pd.DataFrame(rows, columns=list(COLUMNS))
 

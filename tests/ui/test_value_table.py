@@ -113,7 +113,7 @@ def test_heat_scale_is_logarithmic_from_pale_to_dark_red():
 
 
 def test_value_diff_reports_its_progress_in_leaves_and_bytes():
-    from inspector.core.value_diff import value_table
+    from inspector.core.diff.values import value_table
 
     rng = np.random.default_rng(1)
     a = {f"l{i:02d}": rng.standard_normal(10 + i).astype(np.float32) for i in range(70)}

@@ -1,4 +1,4 @@
-"""The Compare view's tree: the two trees' union (`inspector.core.diff_union.DiffUnion`) indexed
+"""The Compare view's tree: the two trees' union (`inspector.core.diff.union.DiffUnion`) indexed
 for a lazy tree, each node with badges for what differs there, and a shared leaf's values read on
 selection.
 
@@ -17,7 +17,7 @@ import numpy as np
 
 import inspector
 from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, STATE, TYPE
-from inspector.core.diff_union import DiffUnion, Side
+from inspector.core.diff.union import DiffUnion, Side
 from inspector.core.node_text import human_bytes, node_text, plural, totals_text
 from inspector.ui.session.tree_index import _SEP, ROOT_ID, TreeIndex
 
@@ -85,7 +85,7 @@ class TreeDiff(DiffUnion):
         """`(value_difference(path), histograms)` from one read of the leaf in each tree; the
         histograms are of a and b (over one common range) and of b - a, over the finite values:
         `{"a": (counts, edges), "b": ..., "delta": ...}` (complex leaves by magnitude)."""
-        from inspector.core.value_diff import leaf_value_stats
+        from inspector.core.diff.values import leaf_value_stats
         from inspector.ui.session.leaf_numbers import leaf_array
 
         if not self.comparable(path):

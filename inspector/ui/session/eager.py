@@ -41,7 +41,7 @@ def max_abs_diff(result, reference) -> float:
     """max |a - b| over the leaves of two trees of equal structure (0.0 for no leaves), as
     `inspector.diff(values=True)` measures it (`leaf_value_stats`): NaN when NaNs sit in
     different places."""
-    from inspector.core.value_diff import leaf_value_stats
+    from inspector.core.diff.values import leaf_value_stats
 
     if isinstance(result, inspector.PackedTree):
         result = result.unpack()

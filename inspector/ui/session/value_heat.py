@@ -1,4 +1,4 @@
-"""The heat of the Compare tab's whole-tree value diff (`inspector.core.value_diff.value_table`):
+"""The heat of the Compare tab's whole-tree value diff (`inspector.core.diff.values.value_table`):
 each row's relative L2 change as a colour, drawn on the diff tree's rows."""
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def diff(a, b, values: bool = False, rtol: float = RTOL, atol: float = ATOL,
     except nodes.DepthExceeded:
         raise nodes.too_deep(a, b) from None
     if values:
-        from inspector.core.value_diff import leaf_value_stats
+        from inspector.core.diff.values import leaf_value_stats
 
         pending = [d for d in out if isinstance(d, _Pending)]
         wrong = [f"{p.path or '(root)'}: {np.dtype(x.dtype).str}, {why}" for p in pending

@@ -5,7 +5,7 @@ trees' `describe` rows (their `TreeIndex`es) into one pre-order list of every ke
 either tree. Each node knows the differences recorded at its path (`missing`, `extra`, `shape`,
 `dtype`, `type`, `state`) and how many lie below it, so a collapsed parent can say how many it
 hides. The app's Compare view indexes these rows lazily (`inspector.ui.session.diff_index`);
-the values of a shared leaf are compared by `value_diff.leaf_value_stats`, the one
+the values of a shared leaf are compared by `values.leaf_value_stats`, the one
 implementation the library's `diff(values=True)` and the command line use too.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, STATE, TYPE, diff
+from inspector.core.diff.structure import DTYPE, EXTRA, MISSING, SHAPE, STATE, TYPE, diff
 from inspector.core.node_text import node_text, plural, totals_text
 from inspector.core.tree_index import TreeIndex
 
