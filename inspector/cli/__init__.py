@@ -13,7 +13,9 @@
 One module per subcommand (`show.py`, `diff.py`, `merge.py`, `scan.py`, `timeline.py`,
 `check.py`, `convert.py`, `dequantize.py`, `serve.py`), each with
 `add_parser(subparsers)` and `run(args) -> int`; `output.py` holds what they share (stdout
-for results, stderr for notes and progress, `--json`, colour, exit statuses). A new
+for results, stderr for notes and progress, `--json`, colour, exit statuses, a streamed
+write), `loading.py` how they open a checkpoint, `hosts.py` the `jax.distributed` protocol
+`serve` speaks when served from several hosts. A new
 subcommand is one module and one line in `SUBCOMMANDS`. Every module imports its heavy parts
 (the library, JAX, the app) inside `run`, so `--help` and `show` stay quick.
 
