@@ -10,7 +10,7 @@ TABLE = ROOT / "docs" / "where-things-live.md"
 def _rows() -> list[tuple[str, str]]:
     rows = []
     for line in TABLE.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         if line.startswith("| ") and cells[0] != "feature":
             rows.append((cells[0], cells[-1]))
     return rows
