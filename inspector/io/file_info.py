@@ -88,12 +88,10 @@ def _read(location: Location, fmt: str) -> FileInfo:
     elif fmt == "safetensors":
         metadata = _safetensors_metadata(location)
     elif fmt == "safetensors-index":
-        from inspector.io import safetensors_format, sharded_index
+        from inspector.io import sharded_index
 
-        content = safetensors_format.read_json(location, location.size(), "the index")
-        if isinstance(content, dict) and isinstance(content.get("metadata"), dict):
-            metadata = content["metadata"]
-        problems = tuple(str(p) for p in sharded_index.check_index(location))
+        metadata, found = sharded_index.index_facts(location)
+        problems = tuple(str(p) for p in found)
     return FileInfo(fmt, MappingProxyType(dict(metadata)), problems)
 
 

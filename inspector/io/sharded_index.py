@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from inspector.core import caches
@@ -65,9 +66,26 @@ class IndexProblem:
 class _Survey:
     index: Location
     weight_map: dict[str, str]
+    metadata: dict  # the index's `metadata` object ({} when it has none)
     shards: dict[str, Location]
-    headers: dict[str, dict[str, TensorEntry]]  # the shards that could be read
-    problems: list[IndexProblem]
+    results: dict[str, dict[str, TensorEntry] | IndexProblem]  # per shard: header, or why not
+
+    @cached_property
+    def headers(self) -> dict[str, dict[str, TensorEntry]]:
+        """The headers of the shards that could be read."""
+        return {n: r for n, r in self.results.items() if isinstance(r, dict)}
+
+    @cached_property
+    def problems(self) -> list[IndexProblem]:
+        """Every problem, by kind then name (worked out when asked: `load_index` needs none
+        unless nothing loads)."""
+        problems = [r for r in self.results.values() if isinstance(r, IndexProblem)]
+        problems += _tensor_problems(self.weight_map, self.headers)
+        problems += _stray_files(self.index, set(self.shards))
+        problems += _dtype_mix(self.headers)
+        order = {kind: i for i, kind in enumerate(KINDS)}
+        problems.sort(key=lambda p: (order[p.kind], p.path))
+        return problems
 
 
 def check_index(path: str | os.PathLike | Location) -> list[IndexProblem]:
@@ -96,6 +114,13 @@ def check_index(path: str | os.PathLike | Location) -> list[IndexProblem]:
     missing_file s2.safetensors
     """
     return _survey(locate(path)).problems
+
+
+def index_facts(path: str | os.PathLike | Location) -> tuple[dict, list[IndexProblem]]:
+    """Returns `(the index's metadata object, check_index's problems)` from one read of the
+    index (`file_info` shows both)."""
+    survey = _survey(locate(path))
+    return survey.metadata, survey.problems
 
 
 def load_index(path: str | os.PathLike | Location) -> dict:
@@ -138,7 +163,7 @@ def _survey(index: Location) -> _Survey:
     once: for a local index, the headers last read are reused while the index names the same
     shards and each still has the size and modification time it had (a remote checkpoint's
     shards are read each time: telling whether they changed costs what reading does)."""
-    weight_map = _weight_map(index)
+    weight_map, metadata = _read_index(index)
     names = list(dict.fromkeys(weight_map.values()))
     shards = {name: _shard_location(index, name) for name in names}
     key = None
@@ -152,15 +177,7 @@ def _survey(index: Location) -> _Survey:
             with _LAST_LOCK:
                 _LAST.clear()
                 _LAST[key] = results
-    problems: list[IndexProblem] = []
-    headers = {n: r for n, r in results.items() if isinstance(r, dict)}
-    problems += [r for r in results.values() if isinstance(r, IndexProblem)]
-    problems += _tensor_problems(weight_map, headers)
-    problems += _stray_files(index, set(names))
-    problems += _dtype_mix(headers)
-    order = {kind: i for i, kind in enumerate(KINDS)}
-    problems.sort(key=lambda p: (order[p.kind], p.path))
-    return _Survey(index, weight_map, shards, headers, problems)
+    return _Survey(index, weight_map, metadata, shards, results)
 
 
 def _stamp(shard: Location) -> tuple | None:
@@ -191,7 +208,8 @@ def _read_headers(index: Location, names: list[str], shards: dict[str, Location]
         return dict(zip(names, pool.map(header, names), strict=True))
 
 
-def _weight_map(index: Location) -> dict[str, str]:
+def _read_index(index: Location) -> tuple[dict[str, str], dict]:
+    """The index's weight_map and its metadata object ({} when it has none)."""
     content = read_json(index, index.size(), "the index")
     weight_map = content.get("weight_map") if isinstance(content, dict) else None
     if not isinstance(weight_map, dict) or not all(
@@ -202,7 +220,8 @@ def _weight_map(index: Location) -> dict[str, str]:
             "the index has no 'weight_map' object of tensor name -> shard file name",
             "Pass a Hugging Face style *.safetensors.index.json, or one of its shards.",
         )
-    return weight_map
+    metadata = content.get("metadata")
+    return weight_map, metadata if isinstance(metadata, dict) else {}
 
 
 def _shard_location(index: Location, shard: str) -> Location:
@@ -278,9 +297,12 @@ def _dtype_mix(headers: dict[str, dict[str, TensorEntry]]) -> list[IndexProblem]
     per_shard: dict[str, Counter] = {}
     overall: Counter = Counter()
     for shard, entries in headers.items():
-        counts = Counter()
+        by_dtype: Counter = Counter()  # keyed by the dtype itself: its name costs microseconds
         for entry in entries.values():
-            counts[entry.dtype.name] += entry.nbytes // max(1, entry.dtype.itemsize)
+            by_dtype[entry.dtype] += entry.nbytes // max(1, entry.dtype.itemsize)
+        counts = Counter()
+        for dtype, n in by_dtype.items():
+            counts[dtype.name] += n
         per_shard[shard] = counts
         overall += counts
     if len(per_shard) < 2 or not overall:
