@@ -62,3 +62,20 @@ def test_the_eager_check_measures_as_the_library_does():
     assert max_abs_diff({"w": np.array([1.0, np.nan])}, {"w": np.array([1.0, np.nan])}) == 0.0
     assert np.isnan(max_abs_diff({"w": np.array([1.0, np.nan])}, {"w": np.array([np.nan, 1.0])}))
     assert max_abs_diff({}, {}) == 0.0
+
+
+def test_a_big_endian_leaf_compares_and_a_text_leaf_says_why_not():
+    a = {"w": np.arange(6, dtype=np.float32), "s": np.array(["x", "y"])}
+    b = {"w": (np.arange(6) * 1.5).astype(">f8"), "s": np.array(["x", "z"])}
+    state = InspectorState()
+    state.add_tree("a", a)
+    state.add_tree("b", b)
+    state.compare.param.update(diff_a="a", diff_b="b")
+    state.tree_views["diff"].path = "['w']"
+    x, y = a["w"].astype(np.float64), b["w"].astype(np.float64)
+    max_abs, rel_l2 = state.compare.diff_values["['w']"]
+    assert max_abs == pytest.approx(np.max(np.abs(x - y)), rel=1e-6)
+    assert rel_l2 == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x), rel=1e-6)
+    state.tree_views["diff"].path = "['s']"
+    assert state.compare.diff_values["['s']"] == (
+        "['s']: a holds <U1 values, which have no difference to measure.")

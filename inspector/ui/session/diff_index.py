@@ -18,6 +18,7 @@ import numpy as np
 import inspector
 from inspector.core.diff import DTYPE, EXTRA, MISSING, SHAPE, STATE, TYPE
 from inspector.core.diff.union import DiffUnion, Side
+from inspector.core.leaves import unsupported_dtype
 from inspector.core.node_text import human_bytes, node_text, plural, totals_text
 from inspector.ui.session.tree_index import _SEP, ROOT_ID, TreeIndex
 
@@ -33,7 +34,6 @@ KIND_HELP = {
     TYPE: "container or leaf kind differs",
     STATE: "objects (Opaque leaves) of one class with different content",
 }
-
 
 
 class TreeDiff(DiffUnion):
@@ -71,28 +71,25 @@ class TreeDiff(DiffUnion):
             return index.default_expanded()
         return opened
 
-    def value_difference(self, path: str) -> tuple[float, float]:
-        """`(max |a - b|, ||a - b|| / ||a||)` of the leaf at `path`, as `diff(values=True)`
-        gives them (`leaf_value_stats`): reads that leaf only.
+    def values_read(self, path: str, bins: int = 30) -> tuple[tuple[float, float], dict]:
+        """`((max |a - b|, ||a - b|| / ||a||), histograms)` of the leaf at `path`, from one
+        read of it in each tree. The figures are `diff(values=True)`'s (`leaf_value_stats`);
+        the histograms are of a and b (over one common range) and of b - a, over the finite
+        values: `{"a": (counts, edges), "b": ..., "delta": ...}` (complex leaves by magnitude).
 
         Raises:
-            InspectorError: the leaf is not an array in both trees with one shape, or its data
-                cannot be read (a damaged file).
+            InspectorError: the leaf is not a numeric array in both trees with one shape, its
+                values are not on this host, or its data cannot be read (a damaged file).
         """
-        return self.values_read(path)[0]
-
-    def values_read(self, path: str, bins: int = 30) -> tuple[tuple[float, float], dict]:
-        """`(value_difference(path), histograms)` from one read of the leaf in each tree; the
-        histograms are of a and b (over one common range) and of b - a, over the finite values:
-        `{"a": (counts, edges), "b": ..., "delta": ...}` (complex leaves by magnitude)."""
         from inspector.core.diff.values import leaf_value_stats
         from inspector.ui.session.leaf_numbers import leaf_array
 
+        where = path or ROOT_ID
         if not self.comparable(path):
             raise inspector.InspectorError(
-                f"{path or ROOT_ID}: values compare only between array leaves of one shape.")
-        x = leaf_array(self.a.tree, self.a.index, path)
-        y = leaf_array(self.b.tree, self.b.index, path)
+                f"{where}: values compare only between array leaves of one shape.")
+        x = _computable(leaf_array(self.a.tree, self.a.index, path), where, self.a.name)
+        y = _computable(leaf_array(self.b.tree, self.b.index, path), where, self.b.name)
         stats = leaf_value_stats([(x, y)])[0]
         return (stats.max_abs, stats.rel_l2), _histograms(_real(x), _real(y), bins)
 
@@ -189,6 +186,22 @@ def compare(a, b) -> TreeDiff:
     diff = TreeDiff(Side(a.name, a.tree, a.index), Side(b.name, b.tree, b.index))
     diff.index()
     return diff
+
+
+def _computable(x, where: str, name: str) -> np.ndarray:
+    """`x` as an array the value kernels take: big-endian and long-double leaves in float64
+    (complex128), as `diff(values=True)` would need them cast."""
+    if x is None:
+        raise inspector.InspectorError(
+            f"{where}: the values of {name} are not on this host (spread over several hosts) "
+            "or not an array.")
+    x = np.asarray(x)
+    if x.dtype.kind in "USOMm":  # text, bytes, objects, dates (bfloat16 and float8: kind V)
+        raise inspector.InspectorError(
+            f"{where}: {name} holds {x.dtype} values, which have no difference to measure.")
+    if unsupported_dtype(x.dtype):
+        x = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    return x
 
 
 def _real(x) -> np.ndarray:
