@@ -9,8 +9,9 @@ One line per node: its key path (indented by depth), what it is (`float32[4096,4
 `dict of 4`), its parameters and bytes (subtree totals on inner nodes). Runs of sibling
 subtrees of one structure fold into one line (`['layers'][0…79] ×80 · dict of 4 · 12.6M
 params each`), more than 100 siblings into ranges: the folding is the app's own
-(`inspector.core.tree_index`). The file's metadata (safetensors `__metadata__`) comes first.
-Reads headers only: no array data, no JAX.
+(`inspector.core.tree_index`). The file's metadata (`inspector.file_info`: safetensors
+`__metadata__`, a sharded index's `metadata`, GGUF key/values) comes first. Reads headers
+only: no array data, no JAX.
 """
 
 from __future__ import annotations
