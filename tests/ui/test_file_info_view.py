@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+from inspector.ui.lazy_tree import walk
 from inspector.ui.tree_view import TreeView
 from tests.helpers import open_files
 
@@ -16,15 +17,7 @@ S1, S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 
 
 def _labels(view: TreeView) -> list[str]:
-    out = []
-
-    def walk(items):
-        for item in items:
-            out.append(item["label"])
-            walk(item.get("items") or [])
-
-    walk(view.tree.items)
-    return out
+    return [item["label"] for item in walk(view.tree.items)]
 
 
 def test_index_problems_show_above_the_tree(session, tmp_path):

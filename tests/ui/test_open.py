@@ -12,6 +12,7 @@ import pytest
 import inspector
 from inspector.ui.app import ROOT_ENV, create_app
 from inspector.ui.file_picker import FileOpener
+from inspector.ui.lazy_tree import walk
 from inspector.ui.session import checkpoint_files
 from inspector.ui.session.state import InspectorState
 from inspector.ui.tree_view import TreeView
@@ -26,16 +27,8 @@ MODEL = {
 
 def _leaf_rows(view: TreeView) -> dict[str, str]:
     """Leaf labels the tree widget holds, by key path."""
-    out = {}
-
-    def walk(items):
-        for item in items:
-            if item.get("icon") == "grid_on":
-                out[item["id"]] = item["label"]
-            walk(item.get("items") or [])
-
-    walk(view.tree.items)
-    return out
+    return {item["id"]: item["label"] for item in walk(view.tree.items)
+            if item.get("icon") == "grid_on"}
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "model.npz"])
