@@ -147,7 +147,7 @@ def table_decoder(codes, code_dtype):
 
 def compare_table(n_params: float, pairs: int) -> None:
     """`bench_dequantize` with the table decoder and with the bits, alternately."""
-    from inspector.core import plan
+    from inspector.core import kernel_cache
     from inspector.core.quant import kernels
 
     bits = kernels.fp8_bits
@@ -155,7 +155,7 @@ def compare_table(n_params: float, pairs: int) -> None:
         for _ in range(pairs):
             for name, decoder in (("table", table_decoder), ("bits", bits)):
                 kernels.fp8_bits = decoder
-                plan.clear_cache()  # the kernels are cached by shape: build them anew
+                kernel_cache.clear_cache()  # the kernels are cached by shape: build them anew
                 print(f"-- {name} decoder:")
                 bench_dequantize(n_params, 3)
     finally:

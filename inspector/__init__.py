@@ -64,10 +64,10 @@ _EXPORTS = {
     "devices": "inspector.core.devices",
     "device_name": "inspector.core.devices",
     "resolve_device": "inspector.core.devices",
-    "compile_count": "inspector.core.plan",
-    "clear_cache": "inspector.core.plan",
-    "set_cache_limit": "inspector.core.plan",
-    "cached_kernels": "inspector.core.plan",
+    "compile_count": "inspector.core.compile_count",
+    "clear_cache": "inspector.core.kernel_cache",
+    "set_cache_limit": "inspector.core.kernel_cache",
+    "cached_kernels": "inspector.core.kernel_cache",
     # every cache in one registry (issue 27)
     "clear_caches": "inspector.core.caches",
     # health and history (issue 24): scans for NaN/Inf and norms, timelines across checkpoints

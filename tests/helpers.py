@@ -1,5 +1,6 @@
-"""Tree assertions the tests share: a tree's values as nested lists, and trees compared leaf by
-leaf against a reference (NumPy float64), each difference reported with its key path."""
+"""What the tests share: a tree's values as nested lists, trees compared leaf by leaf against a
+reference (NumPy float64), each difference reported with its key path, and files opened in a
+session state as the file picker opens them."""
 
 from __future__ import annotations
 
@@ -35,3 +36,9 @@ def assert_tree_allclose(actual, expected, *, rtol: float = 1e-7, atol: float = 
             assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
                                    rtol=rtol, atol=atol, err_msg=where)
+
+
+def open_files(state, *paths) -> None:
+    """Opens `paths` in session `state` as the file picker does (`state.open.open_files`)."""
+    state.open.param.update(open_paths=[str(p) for p in paths])
+    state.open.param.trigger("open_files")

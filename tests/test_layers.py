@@ -119,3 +119,26 @@ def test_the_graph_sees_real_edges():
     assert "inspector.core.leaves" in graph["inspector.core.describe"]
     assert "inspector.core.op" in graph["inspector.core.runner"]
     assert any(t.startswith("inspector.ui") for t in graph["inspector.main"])
+
+
+# The entry points that serve the app; every other module outside `inspector.ui` (the core, io,
+# the public API, the command line's report subcommands and the hosts' process protocol) works
+# without Panel and never imports the UI.
+UI_ENTRY_POINTS = {"inspector.main", "inspector.cli.serve"}
+MAX_LINES = 400  # issue 27: "No file in `inspector/` over 400 lines"
+
+
+def test_only_the_app_entry_points_import_the_ui():
+    found = sorted(f"{module} imports {target}" for module, targets in _graph().items()
+                   if not (module == "inspector.ui" or module.startswith("inspector.ui."))
+                   and module not in UI_ENTRY_POINTS
+                   for target in targets if target.startswith("inspector.ui"))
+    assert not found, "\n".join(found)
+    assert any(t.startswith("inspector.ui") for t in _graph()["inspector.cli.serve"])
+
+
+def test_no_module_is_over_400_lines():
+    long = sorted(f"{path.relative_to(PACKAGE.parent)}: {n} lines"
+                  for path in PACKAGE.rglob("*.py")
+                  if (n := len(path.read_text().splitlines())) > MAX_LINES)
+    assert not long, "one concept per file, under 400 lines:\n" + "\n".join(long)

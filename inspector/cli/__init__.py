@@ -13,7 +13,9 @@
 One module per subcommand (`show.py`, `diff.py`, `merge.py`, `scan.py`, `timeline.py`,
 `check.py`, `convert.py`, `dequantize.py`, `serve.py`), each with
 `add_parser(subparsers)` and `run(args) -> int`; `output.py` holds what they share (stdout
-for results, stderr for notes and progress, `--json`, colour, exit statuses). A new
+for results, stderr for notes and progress, `--json`, colour, exit statuses, a streamed
+write), `loading.py` how they open a checkpoint, `hosts.py` the `jax.distributed` protocol
+`serve` speaks when served from several hosts. A new
 subcommand is one module and one line in `SUBCOMMANDS`. Every module imports its heavy parts
 (the library, JAX, the app) inside `run`, so `--help` and `show` stay quick.
 
@@ -33,7 +35,7 @@ import importlib
 import os
 import sys
 
-from inspector.cli.output import PROG, fail
+from inspector.cli.output import PROG, Failed, fail
 from inspector.cli.serve import check_exposure, load_all, parse_args  # noqa: F401  (public)
 
 SUBCOMMANDS = {
@@ -82,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         args.run = importlib.import_module(SUBCOMMANDS["serve"]).run
     try:
         return args.run(args)
+    except Failed as failed:  # the message is printed already
+        return failed.status
     except BrokenPipeError:  # `pytree-inspector show big.safetensors | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -45,19 +45,14 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     out = Output(args.json, args.quiet)
     import inspector
-    from inspector.cli.loading import model_file
+    from inspector.cli.loading import checkpoint_path_or_fail
     from inspector.core.errors import MissingDependencyError
     from inspector.io.locate import is_url
 
     path = args.checkpoint
-    try:
-        if not is_url(path):
-            if not Path(path).exists():
-                return out.fail(f"Cannot check {path}: the path does not exist.")
-            if Path(path).is_dir():
-                path = str(model_file(Path(path)))
-    except inspector.InspectorError as error:  # a folder of several files and no index
-        return out.fail(str(error))
+    if not is_url(path) and not Path(path).exists():
+        return out.fail(f"Cannot check {path}: the path does not exist.")
+    path = checkpoint_path_or_fail(path, out)  # a folder of several files and no index: 2
     problems: list[dict] = []
     tree = None
     try:

@@ -58,11 +58,7 @@ def run(args) -> int:
 
     start = time.perf_counter()
     source = load_or_fail(args.source, out)
-    if isinstance(source, int):
-        return source
     target = load_or_fail(args.target, out)
-    if isinstance(target, int):
-        return target
     try:
         if args.mapping:
             text = Path(args.mapping).read_text(encoding="utf-8")
@@ -91,17 +87,9 @@ def run(args) -> int:
         return FINDING
     from inspector.core.node_text import human_bytes
 
-    try:
-        progress = out.progress("converting")
-        with progress:
-            written = inspector.convert(
-                source, alignment, allow_missing=args.allow_missing, device=args.device,
-                out=args.out, progress=lambda p: progress(p.done, p.total,
-                                                          f"{human_bytes(p.rate)}/s"))
-    except inspector.InspectorError as error:
-        return out.fail(str(error))
-    except OSError as error:
-        return out.fail(f"Cannot write {args.out}: {error.strerror or error}.")
+    written = out.write_or_fail("converting", args.out, lambda progress: inspector.convert(
+        source, alignment, allow_missing=args.allow_missing, device=args.device, out=args.out,
+        progress=progress.rate))
     seconds = time.perf_counter() - start
     root = inspector.describe(written)[0]
     if out.json:

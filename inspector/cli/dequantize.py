@@ -48,21 +48,11 @@ def run(args) -> int:
 
     start = time.perf_counter()
     tree = load_or_fail(args.checkpoint, out)
-    if isinstance(tree, int):
-        return tree
     groups = inspector.quant_groups(tree)
     done = [g for g in groups if g.usable]
     left = [g for g in groups if not g.usable]
-    try:
-        progress = out.progress("dequantizing")
-        with progress:
-            written = inspector.dequantize(
-                tree, args.dtype, device=args.device, out=args.out,
-                progress=lambda p: progress(p.done, p.total, f"{human_bytes(p.rate)}/s"))
-    except inspector.InspectorError as error:
-        return out.fail(str(error))
-    except OSError as error:
-        return out.fail(f"Cannot write {args.out}: {error.strerror or error}.")
+    written = out.write_or_fail("dequantizing", args.out, lambda progress: inspector.dequantize(
+        tree, args.dtype, device=args.device, out=args.out, progress=progress.rate))
     seconds = time.perf_counter() - start
     root = inspector.describe(written)[0]
     for g in done + left:

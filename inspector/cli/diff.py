@@ -44,11 +44,7 @@ def run(args) -> int:
     from inspector.core.tolerance import ATOL, RTOL
 
     a = load_or_fail(args.a, out)
-    if isinstance(a, int):
-        return a
     b = load_or_fail(args.b, out)
-    if isinstance(b, int):
-        return b
     rtol = RTOL if args.rtol is None else args.rtol
     atol = ATOL if args.atol is None else args.atol
     try:
@@ -61,7 +57,7 @@ def run(args) -> int:
     for d in found:
         counts[d.kind] = counts.get(d.kind, 0) + 1
         if out.json:
-            out.record("difference", path=d.path, kind=d.kind, a=_plain(d.a), b=_plain(d.b),
+            out.record("difference", path=d.path, kind=d.kind, a=d.a, b=d.b,
                        **({} if d.kind != "value" else dict(
                            max_abs=finite(d.max_abs), rel_l2=finite(d.rel_l2),
                            cosine=finite(d.cosine), frac_changed=finite(d.frac_changed))))
@@ -81,11 +77,3 @@ def run(args) -> int:
         out.line(f"No differences: the {what} {'agree' if args.values else 'agrees'}.")
     return FINDING if found else CLEAN
 
-
-def _plain(value):
-    """A side of a difference for JSON: shapes as lists, the rest as text or None."""
-    if value is None or isinstance(value, str | int | float):
-        return value
-    if isinstance(value, tuple):
-        return list(value)
-    return str(value)

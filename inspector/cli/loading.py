@@ -1,11 +1,11 @@
 """How every subcommand opens a checkpoint: `inspector.load`, a model folder's own file, and
-the library's refusal as exit status 2."""
+the library's refusal as exit status 2 (`Failed`, which `main` turns into the status)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from inspector.cli.output import Output
+from inspector.cli.output import Failed, Output
 
 
 def model_file(folder: Path) -> Path:
@@ -38,15 +38,38 @@ def model_file(folder: Path) -> Path:
     return folder
 
 
-def load_or_fail(path: str, out: Output):
-    """Returns `inspector.load(path)` (lazy leaves: headers only; a model folder's own file),
-    or, when the library refuses it, prints its message and returns the exit status 2."""
-    import inspector
+def checkpoint_path(path: str) -> str:
+    """What to open for `path`: a local folder's model file (`model_file`), else `path`.
+
+    Raises:
+        LoadError: as `model_file`.
+    """
     from inspector.io.locate import is_url
 
+    if not is_url(path) and Path(path).is_dir():
+        return str(model_file(Path(path)))
+    return path
+
+
+def load_or_fail(path: str, out: Output):
+    """Returns `inspector.load(path)` (lazy leaves: headers only; a model folder's own file).
+
+    Raises:
+        Failed: the library refused it; its message is printed (exit status 2).
+    """
+    import inspector
+
     try:
-        if not is_url(path) and Path(path).is_dir():
-            path = model_file(Path(path))
-        return inspector.load(path)
+        return inspector.load(checkpoint_path(path))
     except inspector.InspectorError as error:
-        return out.fail(str(error))
+        raise Failed(out.fail(str(error))) from None
+
+
+def checkpoint_path_or_fail(path: str, out: Output) -> str:
+    """`checkpoint_path(path)`, or `Failed` with the library's message printed."""
+    from inspector.core.errors import InspectorError
+
+    try:
+        return checkpoint_path(path)
+    except InspectorError as error:
+        raise Failed(out.fail(str(error))) from None

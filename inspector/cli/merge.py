@@ -61,32 +61,19 @@ def run(args) -> int:
     from inspector.io.model_folder import SHARD_BYTES, save_model_folder
 
     start = time.perf_counter()
-    trees = []
-    for path, _ in sources:
-        tree = load_or_fail(path, out)
-        if isinstance(tree, int):
-            return tree
-        trees.append(tree)
-    base = None
-    if base_source is not None:
-        base = load_or_fail(base_source[0], out)
-        if isinstance(base, int):
-            return base
+    trees = [load_or_fail(path, out) for path, _ in sources]
+    base = load_or_fail(base_source[0], out) if base_source is not None else None
     folder = Path(args.out_dir)
-    try:
+
+    def write(progress):
         plan = plan_merge(job.method, trees, base=base, device=args.device, **job.params)
-        progress = out.progress("merging")
-        merged = lazy_result(plan, lambda p: progress(p.done, p.total,
-                                                      f"{human_bytes(p.rate)}/s"))
+        merged = lazy_result(plan, progress.rate)
         if job.dtype is not None:
             merged = _cast(merged, job.dtype)
-        with progress:
-            files = save_model_folder(merged, folder, args.out_shard_size or SHARD_BYTES,
-                                      metadata={"format": "pt"})
-    except inspector.InspectorError as error:
-        return out.fail(str(error))
-    except OSError as error:
-        return out.fail(f"Cannot write into {folder}: {error.strerror or error}.")
+        return merged, save_model_folder(merged, folder, args.out_shard_size or SHARD_BYTES,
+                                         metadata={"format": "pt"})
+
+    merged, files = out.write_or_fail("merging", f"into {folder}", write)
     seconds = time.perf_counter() - start
     configs = [base_source] if base_source is not None else []
     config_from = next((f for _, f in configs + sources if f and (f / "config.json").is_file()),

@@ -104,11 +104,38 @@ class Output:
         """A progress display for `what` (e.g. `"merging"`): call it with (done, total)."""
         return Progress(what, self.stderr, enabled=not self.quiet)
 
+    def write_or_fail(self, what: str, target: str, work):
+        """Returns `work(progress)`, a streamed write shown as `what` (e.g. `"merging"`).
+
+        Raises:
+            Failed: the library refused (its message printed) or writing failed (`Cannot
+                write <target>: <why>.`).
+        """
+        from inspector.core.errors import InspectorError
+
+        try:
+            with self.progress(what) as progress:
+                return work(progress)
+        except InspectorError as error:
+            raise Failed(self.fail(str(error))) from None
+        except OSError as error:
+            raise Failed(self.fail(f"Cannot write {target}: {error.strerror or error}.")) \
+                from None
+
 
 def fail(message: str, stream=None) -> int:
     """Prints `pytree-inspector: message` on stderr and returns 2 (an error)."""
     print(f"{PROG}: {message}", file=stream or sys.stderr, flush=True)
     return ERROR
+
+
+class Failed(Exception):  # noqa: N818 (not an error of the program: a subcommand's outcome)
+    """A subcommand stops here with exit status `status`, its message already printed
+    (`loading.load_or_fail`); the command line's `main` returns the status."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
 
 
 class Progress:
@@ -164,6 +191,13 @@ class Progress:
     def _print(self, done: int, total: int, detail: str) -> None:
         self.printed = (done, total, detail)
         print(f"{PROG}: {self._text(done, total, detail)}", file=self.stream, flush=True)
+
+    def rate(self, p) -> None:
+        """`progress=` for the library's streamed writers (`merge`, `convert`, `dequantize`):
+        their `p.done` of `p.total`, with the rate `p.rate` (bytes a second)."""
+        from inspector.core.node_text import human_bytes
+
+        self(p.done, p.total, f"{human_bytes(p.rate)}/s")
 
     def close(self) -> None:
         """Erases the bar (terminal), or prints the last state if lines were printed."""

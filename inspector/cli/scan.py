@@ -36,8 +36,6 @@ def run(args) -> int:
     from inspector.cli.loading import load_or_fail
 
     tree = load_or_fail(args.checkpoint, out)
-    if isinstance(tree, int):
-        return tree
     try:
         with out.progress("scanning") as progress:
             found = inspector.scan(tree, device=args.device, progress=progress)

@@ -129,20 +129,20 @@ def run(args: argparse.Namespace) -> int:
     """Serves the app until Ctrl+C; returns the exit status."""
     root = args.root.expanduser().resolve()
     if not root.is_dir():
-        return _fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
+        return fail(f"--root {args.root}: not a folder. Pass the folder the file picker may "
                      "open.")
     try:
         warning = check_exposure(args.address, args.origins)
     except ValueError as error:
-        return _fail(str(error))
+        return fail(str(error))
     if warning:
         print(f"{PROG}: {warning}", file=sys.stderr, flush=True)
     if args.coordinator is None and args.num_processes != 1:
-        return _fail("--num-processes needs --coordinator HOST:PORT (process 0's address).")
+        return fail("--num-processes needs --coordinator HOST:PORT (process 0's address).")
     if not 0 <= args.process_id < max(args.num_processes, 1):
-        return _fail(f"--process-id {args.process_id}: give 0 to {args.num_processes - 1}.")
+        return fail(f"--process-id {args.process_id}: give 0 to {args.num_processes - 1}.")
     if args.coordinator is not None:
-        from inspector.ui.session.hosts import initialize
+        from inspector.cli.hosts import initialize
 
         initialize(args.coordinator, args.num_processes, args.process_id)  # before any JAX work
     import inspector
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         trees = load_all(args.paths)
     except inspector.InspectorError as error:
-        return _fail(str(error))
+        return fail(str(error))
     examples = args.examples if args.examples is not None else not trees
     if args.coordinator is not None and args.process_id != 0:
         return _follow(args, trees, root, examples)
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
     leader = None
     if args.coordinator is not None:
-        from inspector.ui.session.hosts import Leader
+        from inspector.cli.hosts import Leader
 
         leader = Leader()
 
@@ -171,13 +171,13 @@ def run(args: argparse.Namespace) -> int:
 
     remote = list(args.remote_prefix) if args.allow_remote else remote_prefixes_from_env()
     if args.remote_prefix and not args.allow_remote:
-        return _fail("--remote-prefix needs --allow-remote.")
+        return fail("--remote-prefix needs --allow-remote.")
     try:
         serve(trees, root=root, address=args.address, port=args.port, show=args.show,
               examples=examples, started=started, hosts=leader,
               origins=args.origins, remote_prefixes=remote)
     except OSError as error:  # the port is taken, the address is not this machine's, ...
-        return _fail(f"cannot serve on {args.address}:{args.port}: {error}")
+        return fail(f"cannot serve on {args.address}:{args.port}: {error}")
     except KeyboardInterrupt:
         pass
     finally:
@@ -188,8 +188,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _follow(args, trees: dict, root, examples: bool) -> int:
     """A follower: builds each page session's state as process 0 does and runs its commands."""
+    from inspector.cli.hosts import follow
     from inspector.ui.app import new_state
-    from inspector.ui.session.hosts import follow
+    from inspector.ui.session.host_commands import run_command
     from inspector.ui.session.loaded import prepare
 
     prepared = [prepare(name, tree, "command line") for name, tree in trees.items()]
@@ -202,11 +203,8 @@ def _follow(args, trees: dict, root, examples: bool) -> int:
     me = f"{PROG} [process {args.process_id}/{args.num_processes}]"
     print(f"{me}: following process 0 ({args.coordinator})", flush=True)
     try:
-        follow(session, log=lambda line: print(f"{me}: {line}", flush=True))
+        follow(session, run_command, log=lambda line: print(f"{me}: {line}", flush=True))
     except KeyboardInterrupt:
         pass
     return 0
 
-
-def _fail(message: str) -> int:
-    return fail(message, sys.stderr)

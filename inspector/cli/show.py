@@ -9,15 +9,15 @@ One line per node: its key path (indented by depth), what it is (`float32[4096,4
 `dict of 4`), its parameters and bytes (subtree totals on inner nodes). Runs of sibling
 subtrees of one structure fold into one line (`['layers'][0…79] ×80 · dict of 4 · 12.6M
 params each`), more than 100 siblings into ranges: the folding is the app's own
-(`inspector.core.tree_index`). The file's metadata (safetensors `__metadata__`) comes first.
-Reads headers only: no array data, no JAX.
+(`inspector.core.tree_index`). The file's metadata (`inspector.file_info`: safetensors
+`__metadata__`, a sharded index's `metadata`, GGUF key/values) comes first. Reads headers
+only: no array data, no JAX.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 from inspector.cli.output import CLEAN, Output, common_options
 from inspector.core.node_text import human_bytes, human_count, node_text, totals_text
@@ -46,17 +46,16 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     out = Output(args.json, args.quiet)
     import inspector
-    from inspector.cli.loading import load_or_fail
+    from inspector.cli.loading import checkpoint_path_or_fail, load_or_fail
     from inspector.core.tree_index import TreeIndex
 
-    tree = load_or_fail(args.path, out)
-    if isinstance(tree, int):
-        return tree
+    path = checkpoint_path_or_fail(args.path, out)  # a folder's model file, found once
+    tree = load_or_fail(path, out)
     rows = inspector.describe(tree)
     index = TreeIndex(rows, tree)  # the tree: quantized weights shown as one row each
     every = args.all or args.match is not None
     index.fold = not every
-    fmt, metadata = _about(args.path)
+    fmt, metadata = _about(path)
     root = rows[0]
     if out.json:
         out.record("file", path=str(args.path), format=fmt, metadata=metadata,
@@ -80,15 +79,12 @@ def run(args) -> int:
 
 def _about(path: str) -> tuple[str, dict]:
     """The file's format and metadata (`("", {})` where they cannot be told)."""
-    from inspector.cli.loading import model_file
     from inspector.core.errors import InspectorError
-    from inspector.io.file_metadata import file_metadata
-    from inspector.io.locate import is_url
+    from inspector.io.file_info import file_info
 
     try:
-        if not is_url(path) and Path(path).is_dir():
-            path = model_file(Path(path))
-        return file_metadata(path)
+        info = file_info(path)
+        return info.format, dict(info.metadata)
     except (InspectorError, OSError):
         return "", {}
 

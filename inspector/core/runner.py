@@ -10,12 +10,14 @@ from dataclasses import dataclass
 import jax
 
 from inspector.core import placement
+from inspector.core.compile_count import thread_compiles
 from inspector.core.devices import device_name, devices, resolve_device
 from inspector.core.errors import InspectorError
 from inspector.core.host_read import read_leaves
 from inspector.core.lazy import LazyArray
 from inspector.core.op import Op, block, op_of, run_once
-from inspector.core.plan import _MANY, Call, Plan, thread_compiles
+from inspector.core.plan import Call, Plan
+from inspector.core.transfer import MANY
 
 __all__ = ["RunResult", "as_op", "block", "devices", "resolve_device", "run", "run_once"]
 
@@ -168,7 +170,7 @@ def _read_lazy_args(plan: Plan) -> int:
     Returns the bytes read."""
     lazy = {id(a): a for call in plan.calls for a in call.args if isinstance(a, LazyArray)}
     values = dict(zip(lazy, read_leaves(lazy.values()), strict=True))
-    if len(lazy) >= _MANY:
+    if len(lazy) >= MANY:
         # `device_put` costs 50-120 us of Python per array: thousands of leaves go through
         # `place`'s batched copies instead (a copy each, but not seconds of Python)
         for call in plan.calls:

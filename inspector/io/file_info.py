@@ -10,6 +10,7 @@ the tree.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from collections.abc import Mapping
@@ -22,6 +23,8 @@ from inspector.io import limits
 from inspector.io.locate import locate
 from inspector.io.location import Location
 from inspector.io.sniff import sniff
+
+_KEY = b'"__metadata__"'
 
 
 @dataclass(frozen=True)
@@ -85,23 +88,41 @@ def _read(location: Location, fmt: str) -> FileInfo:
     elif fmt == "safetensors":
         metadata = _safetensors_metadata(location)
     elif fmt == "safetensors-index":
-        from inspector.io import safetensors_format, sharded_index
+        from inspector.io import sharded_index
 
-        content = safetensors_format.read_json(location, location.size(), "the index")
-        if isinstance(content, dict) and isinstance(content.get("metadata"), dict):
-            metadata = content["metadata"]
-        problems = tuple(str(p) for p in sharded_index.check_index(location))
+        metadata, found = sharded_index.index_facts(location)
+        problems = tuple(str(p) for p in found)
     return FileInfo(fmt, MappingProxyType(dict(metadata)), problems)
 
 
 def _safetensors_metadata(location: Location) -> dict[str, Any]:
     from inspector.io import safetensors_format
 
-    (header_len,) = struct.unpack("<Q", location.read(0, 8))
-    if header_len > min(location.size() - 8, safetensors_format.MAX_HEADER_BYTES):
+    (n,) = struct.unpack("<Q", location.read(0, 8))
+    if n > min(location.size() - 8, safetensors_format.MAX_HEADER_BYTES):
         return {}  # `load` says what is wrong with the header
-    header = safetensors_format.read_json(
-        location, header_len, "the safetensors header", location.read(8, 8 + header_len)
-    )
-    value = header.get("__metadata__") if isinstance(header, dict) else None
-    return value if isinstance(value, dict) else {}
+    raw = location.read(8, 8 + n)
+    # A 100k-tensor header is megabytes of JSON; `__metadata__` is one flat object of
+    # strings (the safetensors format says so), so decode that object alone. As a key it is
+    # the only `"__metadata__"` followed by a colon: tensor names never equal it.
+    start = 0
+    while (at := raw.find(_KEY, start)) >= 0:
+        start = at + len(_KEY)
+        rest = raw[start:start + 64].lstrip()
+        if rest.startswith(b":"):
+            text = raw.decode("utf-8", errors="replace")
+            colon = text.index(":", len(raw[:start].decode("utf-8", errors="replace")))
+            try:
+                meta, _ = json.JSONDecoder().raw_decode(text, colon + 1 + _spaces(text, colon))
+            except ValueError:
+                return {}
+            return meta if isinstance(meta, dict) else {}
+    return {}
+
+
+def _spaces(text: str, colon: int) -> int:
+    """How many blanks follow the colon at `colon` (raw_decode does not skip them)."""
+    n = 0
+    while colon + 1 + n < len(text) and text[colon + 1 + n] in " \t\r\n":
+        n += 1
+    return n

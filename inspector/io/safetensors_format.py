@@ -103,7 +103,7 @@ def save(flat: dict[str, Any], path: str | os.PathLike,
 
 def _leaves(location: Location, entries: Iterable[TensorEntry]):
     prefix = f"{location}:"  # str(location) once, not once per tensor
-    return [(entry.name, _leaf(location, entry, prefix)) for entry in entries]
+    return [(entry.name, lazy_leaf(location, entry, prefix)) for entry in entries]
 
 
 _NATIVE: dict[np.dtype, tuple[np.dtype, int | None]] = {}
@@ -119,7 +119,9 @@ def _native(dtype: np.dtype) -> tuple[np.dtype, int | None]:
     return found
 
 
-def _leaf(location: Location, entry: TensorEntry, prefix: str | None = None) -> LazyArray:
+def lazy_leaf(location: Location, entry: TensorEntry, prefix: str | None = None) -> LazyArray:
+    """The tensor `entry` of the file at `location` as a `LazyArray` (its `source` is
+    `prefix` + the tensor's name, `prefix` defaulting to `"<location>:"`)."""
     native, bits = _native(entry.dtype)
     source = (f"{location}:" if prefix is None else prefix) + entry.name
     if bits is None:

@@ -11,18 +11,22 @@ the shards agree on, so one bad shard does not hide the rest, and the app shows 
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from inspector.core import caches
 from inspector.core.errors import InspectorError, bullet_list
 from inspector.io import nesting
 from inspector.io.file_error import file_error
+from inspector.io.gc_pause import gc_paused
 from inspector.io.limits import confined
 from inspector.io.locate import locate
 from inspector.io.location import LocalFile, Location
-from inspector.io.safetensors_format import _leaf
+from inspector.io.safetensors_format import lazy_leaf
 from inspector.io.safetensors_header import TensorEntry, read_header, read_json
 
 KINDS = ("missing_file", "damaged_file", "missing_tensor", "stray_tensor", "duplicate",
@@ -62,9 +66,26 @@ class IndexProblem:
 class _Survey:
     index: Location
     weight_map: dict[str, str]
+    metadata: dict  # the index's `metadata` object ({} when it has none)
     shards: dict[str, Location]
-    headers: dict[str, dict[str, TensorEntry]]  # the shards that could be read
-    problems: list[IndexProblem]
+    results: dict[str, dict[str, TensorEntry] | IndexProblem]  # per shard: header, or why not
+
+    @cached_property
+    def headers(self) -> dict[str, dict[str, TensorEntry]]:
+        """The headers of the shards that could be read."""
+        return {n: r for n, r in self.results.items() if isinstance(r, dict)}
+
+    @cached_property
+    def problems(self) -> list[IndexProblem]:
+        """Every problem, by kind then name (worked out when asked: `load_index` needs none
+        unless nothing loads)."""
+        problems = [r for r in self.results.values() if isinstance(r, IndexProblem)]
+        problems += _tensor_problems(self.weight_map, self.headers)
+        problems += _stray_files(self.index, set(self.shards))
+        problems += _dtype_mix(self.headers)
+        order = {kind: i for i, kind in enumerate(KINDS)}
+        problems.sort(key=lambda p: (order[p.kind], p.path))
+        return problems
 
 
 def check_index(path: str | os.PathLike | Location) -> list[IndexProblem]:
@@ -95,6 +116,13 @@ def check_index(path: str | os.PathLike | Location) -> list[IndexProblem]:
     return _survey(locate(path)).problems
 
 
+def index_facts(path: str | os.PathLike | Location) -> tuple[dict, list[IndexProblem]]:
+    """Returns `(the index's metadata object, check_index's problems)` from one read of the
+    index (`file_info` shows both)."""
+    survey = _survey(locate(path))
+    return survey.metadata, survey.problems
+
+
 def load_index(path: str | os.PathLike | Location) -> dict:
     """Returns the tensors of a sharded checkpoint (`*.safetensors.index.json`) as one tree.
 
@@ -106,27 +134,63 @@ def load_index(path: str | os.PathLike | Location) -> dict:
         LoadError: the index is unreadable, names a shard outside its folder (or `root`), or
             no tensor at all can be loaded (every problem is listed).
     """
-    survey = _survey(locate(path))
-    pairs = [
-        (name, _leaf(survey.shards[shard], survey.headers[shard][name]))
-        for name, shard in survey.weight_map.items()
-        if name in survey.headers.get(shard, {})
-    ]
-    if not pairs and survey.weight_map:
-        raise file_error(
-            survey.index,
-            "no tensor of its weight_map can be loaded",
-            "Download the shards the index names next to it.",
-            details=bullet_list(str(p) for p in survey.problems),
-        )
-    return nesting.unflatten(pairs, survey.index)
+    with gc_paused():  # 100k tensors make ~1M objects: no collector passes over them meanwhile
+        survey = _survey(locate(path))
+        prefixes = {shard: f"{location}:" for shard, location in survey.shards.items()}
+        pairs = [
+            (name, lazy_leaf(survey.shards[shard], survey.headers[shard][name], prefixes[shard]))
+            for name, shard in survey.weight_map.items()
+            if name in survey.headers.get(shard, {})
+        ]
+        if not pairs and survey.weight_map:
+            raise file_error(
+                survey.index,
+                "no tensor of its weight_map can be loaded",
+                "Download the shards the index names next to it.",
+                details=bullet_list(str(p) for p in survey.problems),
+            )
+        return nesting.unflatten(pairs, survey.index)
+
+
+_LAST: dict[tuple, dict] = {}  # the shard headers last read: {(index, shards as found): ...}
+_LAST_LOCK = threading.Lock()
+caches.register_mapping("sharded index headers", _LAST, _LAST_LOCK)
 
 
 def _survey(index: Location) -> _Survey:
-    weight_map = _weight_map(index)
+    """The index and its shards' headers, and every problem found. Opening a checkpoint
+    (`load_index`) and then its file facts (`file_info`: `check_index`) read the shard headers
+    once: for a local index, the headers last read are reused while the index names the same
+    shards and each still has the size and modification time it had (a remote checkpoint's
+    shards are read each time: telling whether they changed costs what reading does)."""
+    weight_map, metadata = _read_index(index)
     names = list(dict.fromkeys(weight_map.values()))
     shards = {name: _shard_location(index, name) for name in names}
-    problems: list[IndexProblem] = []
+    key = None
+    if index.local_path is not None:
+        key = (str(index), tuple((name, _stamp(shards[name])) for name in names))
+    with _LAST_LOCK:
+        results = _LAST.get(key) if key is not None else None
+    if results is None:
+        results = _read_headers(index, names, shards)
+        if key is not None:
+            with _LAST_LOCK:
+                _LAST.clear()
+                _LAST[key] = results
+    return _Survey(index, weight_map, metadata, shards, results)
+
+
+def _stamp(shard: Location) -> tuple | None:
+    """A local shard's (size, modification time in ns), or None where it is absent."""
+    try:
+        st = os.stat(shard.local_path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _read_headers(index: Location, names: list[str], shards: dict[str, Location]) -> dict:
+    """Each shard's header as {tensor name: entry}, or the `IndexProblem` why it has none."""
 
     def header(name: str):
         shard = shards[name]
@@ -141,18 +205,11 @@ def _survey(index: Location) -> _Survey:
 
     # remote shards' headers are fetched concurrently (local ones cost microseconds each)
     with ThreadPoolExecutor(max_workers=1 if index.local_path else 8) as pool:
-        results = dict(zip(names, pool.map(header, names), strict=True))
-    headers = {n: r for n, r in results.items() if isinstance(r, dict)}
-    problems += [r for r in results.values() if isinstance(r, IndexProblem)]
-    problems += _tensor_problems(weight_map, headers)
-    problems += _stray_files(index, set(names))
-    problems += _dtype_mix(headers)
-    order = {kind: i for i, kind in enumerate(KINDS)}
-    problems.sort(key=lambda p: (order[p.kind], p.path))
-    return _Survey(index, weight_map, shards, headers, problems)
+        return dict(zip(names, pool.map(header, names), strict=True))
 
 
-def _weight_map(index: Location) -> dict[str, str]:
+def _read_index(index: Location) -> tuple[dict[str, str], dict]:
+    """The index's weight_map and its metadata object ({} when it has none)."""
     content = read_json(index, index.size(), "the index")
     weight_map = content.get("weight_map") if isinstance(content, dict) else None
     if not isinstance(weight_map, dict) or not all(
@@ -163,7 +220,8 @@ def _weight_map(index: Location) -> dict[str, str]:
             "the index has no 'weight_map' object of tensor name -> shard file name",
             "Pass a Hugging Face style *.safetensors.index.json, or one of its shards.",
         )
-    return weight_map
+    metadata = content.get("metadata")
+    return weight_map, metadata if isinstance(metadata, dict) else {}
 
 
 def _shard_location(index: Location, shard: str) -> Location:
@@ -239,9 +297,12 @@ def _dtype_mix(headers: dict[str, dict[str, TensorEntry]]) -> list[IndexProblem]
     per_shard: dict[str, Counter] = {}
     overall: Counter = Counter()
     for shard, entries in headers.items():
-        counts = Counter()
+        by_dtype: Counter = Counter()  # keyed by the dtype itself: its name costs microseconds
         for entry in entries.values():
-            counts[entry.dtype.name] += entry.nbytes // max(1, entry.dtype.itemsize)
+            by_dtype[entry.dtype] += entry.nbytes // max(1, entry.dtype.itemsize)
+        counts = Counter()
+        for dtype, n in by_dtype.items():
+            counts[dtype.name] += n
         per_shard[shard] = counts
         overall += counts
     if len(per_shard) < 2 or not overall:

@@ -15,11 +15,12 @@ import panel_material_ui as pmui
 from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
+from inspector.core.diff.union import shown_kinds
 from inspector.ui.align_view import AlignView
 from inspector.ui.layout import columns
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.next_tick import next_tick
-from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP, shown_kinds
+from inspector.ui.session.diff_index import BADGE_COLORS, KIND_HELP
 from inspector.ui.session.formatting import MONO, human_bytes, human_count, plural
 from inspector.ui.session.tree_index import ROOT_ID
 
@@ -111,7 +112,7 @@ class DiffTreeView(pn.viewable.Viewer):
 
     def heat(self) -> dict:
         """{node path: {"color", "title"}} from the whole-tree value diff ({} until asked)."""
-        from inspector.ui.session.value_table import heat_by_path
+        from inspector.ui.session.value_heat import heat_by_path
 
         table = self._state.compare.diff_table
         if self._heat[0] is not table:
@@ -258,7 +259,7 @@ class DiffValuesView(pn.viewable.Viewer):
 def _frame(rows):
     import pandas as pd
 
-    from inspector.ui.session.value_table import COLUMNS
+    from inspector.core.diff.values import COLUMNS
 
     return pd.DataFrame(rows, columns=list(COLUMNS))
 

@@ -17,6 +17,13 @@ import panel as pn
 from inspector.ui.windowed_tree import WindowedTree
 
 
+def walk(items: list):
+    """Every item of a tree widget's `items`, depth first (placeholders included)."""
+    for item in items:
+        yield item
+        yield from walk(item.get("items") or [])
+
+
 def find(items: list, target: str, path=()) -> tuple[int, ...] | None:
     """The index path of the item with id `target` among nested `items`, or None."""
     for k, item in enumerate(items):
@@ -138,25 +145,9 @@ class LazyTree(pn.viewable.Viewer):
 
     def shown(self) -> dict[str, dict]:
         """Every item the widget holds, by id (placeholders excluded)."""
-        out: dict[str, dict] = {}
-
-        def walk(items):
-            for item in items:
-                if item.get("selectable") is not False:
-                    out[item["id"]] = item
-                walk(item.get("items") or [])
-
-        walk(self.tree.items)
-        return out
+        return {item["id"]: item for item in walk(self.tree.items)
+                if item.get("selectable") is not False}
 
     def shown_ids(self) -> list[str]:
         """Ids of every item the widget holds (placeholders included)."""
-        out: list[str] = []
-
-        def walk(items):
-            for item in items:
-                out.append(item["id"])
-                walk(item.get("items") or [])
-
-        walk(self.tree.items)
-        return out
+        return [item["id"] for item in walk(self.tree.items)]

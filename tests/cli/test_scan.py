@@ -4,28 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """Three steps written by the safetensors library: `dense.kernel` moves by 10% a step and
-    has a NaN and an Inf at step 300, `frozen.b` never changes, `new.x` appears at step 200."""
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((4, 3)).astype(np.float32)
-    folder = tmp_path_factory.mktemp("run")
-    steps = {}
-    for i, step in enumerate((100, 200, 300)):
-        tree = {"dense.kernel": (w * np.float32(1 + 0.1 * i)).astype(np.float32),
-                "frozen.b": np.ones(3, np.float32)}
-        if step == 300:
-            tree["dense.kernel"][1, 1] = np.nan
-            tree["dense.kernel"][2, 0] = -np.inf
-        if step >= 200:
-            tree["new.x"] = np.zeros(2, np.float32)
-        save_file(tree, str(folder / f"ckpt_{step}.safetensors"))
-        steps[step] = tree
-    return folder, steps
 
 
 def test_scan_table_of_a_clean_file_exits_0(cli, run_dir):

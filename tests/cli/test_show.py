@@ -172,3 +172,26 @@ def test_a_model_folder_opens_its_model_file(cli, model, tmp_path):
     assert done.stderr.startswith("pytree-inspector: Cannot load two: the folder holds 2 "
                                   ".safetensors files and no index (a.safetensors, "
                                   "b.safetensors, ...).")
+
+
+def test_show_gives_a_gguf_files_key_values(cli, tmp_path):
+    import gguf
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(2048)
+    writer.add_token_list([f"t{i}" for i in range(300)])
+    writer.add_tensor("blk.0.attn_q.weight", np.ones((2, 4), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    done = cli("show", path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:4] == [
+        "metadata: general.architecture = llama", "metadata: llama.context_length = 2048",
+        "metadata: tokenizer.ggml.tokens = [300 × string: 't0', 't1', 't2', 't3', 't4', 't5', "
+        "'t6', 't7', …]"]
+    record = cli("show", path, "--json").records()[0]
+    assert record["metadata"]["tokenizer.ggml.tokens"] == {
+        "item_type": "string", "length": 300, "head": [f"t{i}" for i in range(8)]}

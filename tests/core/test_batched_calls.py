@@ -10,8 +10,8 @@ import pytest
 
 import inspector
 from inspector.core.out_buffers import DONATE_BYTES, donating
-from inspector.core.plan import _put
 from inspector.core.stacking import plan_stack
+from inspector.core.transfer import put
 from inspector.core.weighted_sum import plan_weighted_sum
 
 
@@ -86,7 +86,7 @@ def test_many_numpy_leaves_reach_the_device_with_their_values_copied():
     kinds = [((3,), np.float32), ((2, 5), np.float64), ((7,), jnp.bfloat16), ((4, 1), np.int8)]
     arrays = [rng.standard_normal(shape).astype(dtype) for _ in range(71) for shape, dtype in kinds]
     device = jax.devices()[0]
-    out = _put([(a, device) for a in arrays])
+    out = put([(a, device) for a in arrays])
     for a, b in zip(arrays, out, strict=True):
         assert isinstance(b, jax.Array) and b.devices() == {device}
         assert b.dtype == jax.dtypes.canonicalize_dtype(a.dtype) and b.shape == a.shape

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import inspector
+from inspector.core.diff.values import leaf_value_stats
 from inspector.core.lazy import LazyArray
-from inspector.core.value_diff import leaf_value_stats
 
 
 def tree(seed, n=3):
@@ -105,7 +105,7 @@ def test_lazy_leaves_are_read_once_and_progress_is_reported():
 
 
 def test_subtree_figures_are_those_of_the_concatenated_leaves():
-    from inspector.core.value_diff import subtree_value_stats
+    from inspector.core.diff.values import subtree_value_stats
 
     a, b = tree(5, n=3), tree(6, n=3)
     b["layer1"]["b"] = a["layer1"]["b"].copy()  # one leaf unchanged
@@ -126,7 +126,7 @@ def test_subtree_figures_are_those_of_the_concatenated_leaves():
 
 
 def test_matching_nans_and_infs_in_a_big_leaf_take_the_careful_path():
-    from inspector.core.value_diff import leaf_value_stats
+    from inspector.core.diff.values import leaf_value_stats
 
     rng = np.random.default_rng(3)
     a = rng.standard_normal(4096).astype(np.float32)

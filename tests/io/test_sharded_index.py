@@ -201,3 +201,28 @@ def test_a_float32_shard_beside_bfloat16_ones_is_a_dtype_mix(tmp_path):
     weight_map = {n: S1 for n in names[:3]} | {names[3]: S2}
     index.write_text(json.dumps({"weight_map": weight_map}))
     assert kinds(inspector.check_index(index)) == [("dtype_mix", S2)]
+
+
+def test_opening_then_file_info_reads_each_shard_header_once(tmp_path, monkeypatch):
+    from inspector.io import sharded_index
+
+    index, values = write_checkpoint(tmp_path)
+    inspector.clear_caches()
+    reads = []
+    original = sharded_index.read_header
+    monkeypatch.setattr(sharded_index, "read_header",
+                        lambda shard: reads.append(shard.local_path.name) or original(shard))
+    tree = inspector.load(index)
+    assert inspector.file_info(index).problems == ()
+    assert sorted(reads) == [S1, S2]
+    # a shard rewritten since (another size): its header is read again, and its new tensors
+    # are what the next load gives
+    safetensors.numpy.save_file({n: np.zeros((4, 4), BF16) for n in
+                                 ("model.layers.1.q.weight", "model.norm.weight")},
+                                str(tmp_path / S2))
+    again = inspector.load(index)
+    assert sorted(reads) == [S1, S1, S2, S2]
+    assert np.asarray(again["model"]["layers"]["1"]["q"]["weight"]).shape == (4, 4)
+    assert [p.kind for p in inspector.check_index(index)] == []
+    np.testing.assert_array_equal(np.asarray(tree["model"]["embed"]["weight"]),
+                                  values["model.embed.weight"])

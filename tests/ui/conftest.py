@@ -14,10 +14,10 @@ from tests.serving import (
     CHROMIUM_ARGS,
     free_port,
     require_chromium,
-    session,
     stop,
     wait_for,
 )
+from tests.serving import session as browser_session
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +34,18 @@ def state():
 
     s = InspectorState()
     s.load_defaults()
+    return s
+
+
+@pytest.fixture
+def session(tmp_path):
+    """A session whose file picker may open `tmp_path`, with one tree (`kept`) already loaded."""
+    import numpy as np
+
+    from inspector.ui.session.state import InspectorState
+
+    s = InspectorState(file_root=str(tmp_path))
+    s.add_tree("kept", {"w": np.ones(2, np.float32)})
     return s
 
 
@@ -70,6 +82,6 @@ def browser():
 @pytest.fixture
 def page(browser, served_url):
     """A fresh browser session on the app (its own InspectorState), defaults loaded."""
-    with session(browser, served_url) as p:
+    with browser_session(browser, served_url) as p:
         p.get_by_role("treeitem").first.wait_for()
         yield p

@@ -8,35 +8,16 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from inspector.ui.session.state import InspectorState
+from inspector.ui.lazy_tree import walk
 from inspector.ui.tree_view import TreeView
+from tests.helpers import open_files
 
 gguf = pytest.importorskip("gguf")
 S1, S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 
 
-@pytest.fixture
-def session(tmp_path):
-    s = InspectorState(file_root=str(tmp_path))
-    s.add_tree("kept", {"w": np.ones(2, np.float32)})
-    return s
-
-
-def _open(state, *paths):
-    state.open.param.update(open_paths=[str(p) for p in paths])
-    state.open.param.trigger("open_files")
-
-
 def _labels(view: TreeView) -> list[str]:
-    out = []
-
-    def walk(items):
-        for item in items:
-            out.append(item["label"])
-            walk(item.get("items") or [])
-
-    walk(view.tree.items)
-    return out
+    return [item["label"] for item in walk(view.tree.items)]
 
 
 def test_index_problems_show_above_the_tree(session, tmp_path):
@@ -45,7 +26,7 @@ def test_index_problems_show_above_the_tree(session, tmp_path):
     index = tmp_path / "model.safetensors.index.json"
     index.write_text(json.dumps({"weight_map": weight_map}))
     view = TreeView(session)
-    _open(session, index)
+    open_files(session, index)
     assert session.open.open_error == "" and session.selected == index.name
     panel = view.file_info
     assert panel.alert.visible and panel._layout in view._layout.objects
@@ -72,7 +53,7 @@ def test_gguf_metadata_and_ggml_types_show(session, tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     view = TreeView(session)
-    _open(session, path)
+    open_files(session, path)
     panel = view.file_info
     assert panel.card.visible and not panel.alert.visible
     assert panel.card.title == "File metadata · gguf · llama · 2 keys"

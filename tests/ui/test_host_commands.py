@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from inspector.cli.hosts import Leader, broadcast
 from inspector.ui.app import create_app, new_state
-from inspector.ui.session.hosts import Leader, apply, broadcast, describe_command
+from inspector.ui.session.host_commands import apply, describe_command
 
 
 @pytest.fixture

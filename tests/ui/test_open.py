@@ -12,9 +12,11 @@ import pytest
 import inspector
 from inspector.ui.app import ROOT_ENV, create_app
 from inspector.ui.file_picker import FileOpener
+from inspector.ui.lazy_tree import walk
 from inspector.ui.session import checkpoint_files
 from inspector.ui.session.state import InspectorState
 from inspector.ui.tree_view import TreeView
+from tests.helpers import open_files
 
 MODEL = {
     "dense": {"kernel": np.arange(12, dtype=np.float32).reshape(4, 3),
@@ -23,38 +25,17 @@ MODEL = {
 }
 
 
-@pytest.fixture
-def session(tmp_path):
-    """A session whose file picker may open `tmp_path`, with one tree already loaded."""
-    s = InspectorState(file_root=str(tmp_path))
-    s.add_tree("kept", {"w": np.ones(2, np.float32)})
-    return s
-
-
-def _open(state, *paths):
-    state.open.param.update(open_paths=[str(p) for p in paths])
-    state.open.param.trigger("open_files")
-
-
 def _leaf_rows(view: TreeView) -> dict[str, str]:
     """Leaf labels the tree widget holds, by key path."""
-    out = {}
-
-    def walk(items):
-        for item in items:
-            if item.get("icon") == "grid_on":
-                out[item["id"]] = item["label"]
-            walk(item.get("items") or [])
-
-    walk(view.tree.items)
-    return out
+    return {item["id"]: item["label"] for item in walk(view.tree.items)
+            if item.get("icon") == "grid_on"}
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "model.npz"])
 def test_opening_a_file_shows_its_rows_without_reading_data(session, tmp_path, name):
     inspector.save(MODEL, tmp_path / name)
     view = TreeView(session)
-    _open(session, tmp_path / name)
+    open_files(session, tmp_path / name)
     assert session.open.open_error == "" and session.error == ""
     assert list(session.trees) == ["kept", name] and session.selected == name
     loaded = session.trees[name]
@@ -74,7 +55,7 @@ def test_opening_an_orbax_folder(session, tmp_path):
         checkpointer.save(tmp_path / "ckpt", {"params": {"w": np.ones((2, 3), np.float32)},
                                              "step": np.asarray(7, np.int32)})
     view = TreeView(session)
-    _open(session, "ckpt")  # a folder, relative to the root
+    open_files(session, "ckpt")  # a folder, relative to the root
     assert session.open.open_error == "" and session.selected == "ckpt"
     assert "float32[2,3]" in _leaf_rows(view)["['params']['w']"]
     assert "int32[]" in _leaf_rows(view)["['step']"]
@@ -84,7 +65,7 @@ def test_a_path_outside_the_root_is_refused(tmp_path):
     (tmp_path / "root").mkdir()
     inspector.save({"w": np.ones(2)}, tmp_path / "secret.npz")
     s = InspectorState(file_root=str(tmp_path / "root"))
-    _open(s, "../secret.npz")
+    open_files(s, "../secret.npz")
     assert s.open.open_error.startswith(
         "Cannot open ../secret.npz: it is outside the folder this app may open.\n")
     assert str(tmp_path) not in s.open.open_error  # no server path outside the root
@@ -96,7 +77,7 @@ def test_a_link_pointing_outside_the_root_is_refused(tmp_path):
     inspector.save({"w": np.ones(2)}, tmp_path / "secret.npz")
     (tmp_path / "root" / "innocent.npz").symlink_to(tmp_path / "secret.npz")
     s = InspectorState(file_root=str(tmp_path / "root"))
-    _open(s, tmp_path / "root" / "innocent.npz")
+    open_files(s, tmp_path / "root" / "innocent.npz")
     assert s.open.open_error.startswith(
         "Cannot open innocent.npz: it is a link to a file outside the folder this app may open.")
     assert str(tmp_path) not in s.open.open_error and "secret" not in s.open.open_error
@@ -106,23 +87,23 @@ def test_a_link_pointing_outside_the_root_is_refused(tmp_path):
 def test_a_link_inside_the_root_opens(session, tmp_path):
     inspector.save({"w": np.ones(2)}, tmp_path / "real.npz")
     (tmp_path / "alias.npz").symlink_to(tmp_path / "real.npz")
-    _open(session, tmp_path / "alias.npz")
+    open_files(session, tmp_path / "alias.npz")
     assert session.open.open_error == "" and "real.npz" in session.trees
 
 
 def test_a_corrupt_file_says_why_and_keeps_the_loaded_trees(session, tmp_path):
     inspector.save(MODEL, tmp_path / "good.safetensors")
-    _open(session, tmp_path / "good.safetensors")
+    open_files(session, tmp_path / "good.safetensors")
     data = (tmp_path / "good.safetensors").read_bytes()
     (tmp_path / "bad.safetensors").write_bytes(data[:40])  # the header cut short
     opener = FileOpener(session)
-    _open(session, tmp_path / "bad.safetensors")
+    open_files(session, tmp_path / "bad.safetensors")
     assert session.open.open_error.startswith("Cannot load bad.safetensors: ")
     assert str(tmp_path) not in session.open.open_error
     assert opener.alert.visible and "bad.safetensors" in opener._error.object
     assert list(session.trees) == ["kept", "good.safetensors"]
     assert session.selected == "good.safetensors"
-    _open(session, tmp_path / "good.safetensors")  # the next success clears the message
+    open_files(session, tmp_path / "good.safetensors")  # the next success clears the message
     assert session.open.open_error == "" and not opener.alert.visible
 
 
@@ -186,7 +167,7 @@ def test_doctests():
 def test_errors_name_files_relative_to_the_root(session, tmp_path):
     (tmp_path / "runs" / "a").mkdir(parents=True)
     (tmp_path / "runs" / "a" / "bad.npz").write_bytes(b"PK\x03\x04 truncated")
-    _open(session, tmp_path / "runs" / "a" / "bad.npz")
+    open_files(session, tmp_path / "runs" / "a" / "bad.npz")
     assert session.open.open_error.startswith("Cannot load runs/a/bad.npz: ")
     assert str(tmp_path) not in session.open.open_error
 
@@ -198,7 +179,7 @@ def test_a_shard_linking_outside_the_root_is_refused_without_naming_it(tmp_path)
     (tmp_path / "root" / "m.safetensors.index.json").write_text(
         '{"weight_map": {"w": "s1.safetensors"}}')
     s = InspectorState(file_root=str(tmp_path / "root"))
-    _open(s, "m.safetensors.index.json")
+    open_files(s, "m.safetensors.index.json")
     assert s.open.open_error.startswith(
         "Cannot load m.safetensors.index.json: shard 's1.safetensors' is a link to a file "
         "outside the folder this app may open.")

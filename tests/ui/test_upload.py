@@ -13,12 +13,10 @@ import os
 import tempfile
 
 import numpy as np
-import pytest
 
 import inspector
 from inspector.ui.file_picker import FileOpener
 from inspector.ui.session.checkpoint_files import UPLOAD_PREFIX
-from inspector.ui.session.state import InspectorState
 from inspector.ui.upload import UploadInput
 
 
@@ -77,13 +75,6 @@ def test_an_upload_the_browser_abandons_leaves_nothing():
     assert len(_upload_folders() - before) == 1
     widget._handle_msg({"status": "error", "error": "cancelled", "type": "status"})
     assert _upload_folders() == before and widget.refused == ""
-
-
-@pytest.fixture
-def session(tmp_path):
-    s = InspectorState(file_root=str(tmp_path))
-    s.add_tree("kept", {"w": np.ones(2, np.float32)})
-    return s
 
 
 def test_a_received_upload_opens_as_a_tree_and_its_file_is_removed(session, tmp_path):

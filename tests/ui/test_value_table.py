@@ -75,7 +75,7 @@ def test_selecting_a_leaf_gives_histograms_of_a_b_and_delta():
 
 def test_tree_rows_carry_the_heat_of_their_relative_l2_change():
     from inspector.ui.diff_view import DiffTreeView
-    from inspector.ui.session.value_table import UNCHANGED, heat_color
+    from inspector.ui.session.value_heat import UNCHANGED, heat_color
 
     a, b = trees()
     s = comparing(a, b)
@@ -101,7 +101,7 @@ def test_tree_rows_carry_the_heat_of_their_relative_l2_change():
 
 
 def test_heat_scale_is_logarithmic_from_pale_to_dark_red():
-    from inspector.ui.session.value_table import NAN_COLOR, heat_color
+    from inspector.ui.session.value_heat import NAN_COLOR, heat_color
 
     def red(c):
         return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
@@ -113,7 +113,7 @@ def test_heat_scale_is_logarithmic_from_pale_to_dark_red():
 
 
 def test_value_diff_reports_its_progress_in_leaves_and_bytes():
-    from inspector.ui.session.value_table import value_table
+    from inspector.core.diff.values import value_table
 
     rng = np.random.default_rng(1)
     a = {f"l{i:02d}": rng.standard_normal(10 + i).astype(np.float32) for i in range(70)}

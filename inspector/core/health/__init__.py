@@ -1,7 +1,7 @@
 """Health and history: `scan` (NaN/Inf, zeros, range, moments and norms of every leaf, in one
 pass) and `timeline` (how each leaf moved across a run's checkpoints).
 
-Quantized groups (`inspector.quant_groups`, another branch) are not dequantized yet: their
-packed integer members are scanned as integers. Once that lands, `scan` can dequantize each
-group before its kernel (see docs/health.md).
+`scan` reads a quantized checkpoint's members as stored (`inspector.quant_groups` tells which
+leaves are codes, scales and zero points): its integer codes are scanned as integers. Scan
+`inspector.dequantize(tree)` for the weights' own figures (see docs/health.md).
 """

@@ -67,7 +67,7 @@ class CompareState(param.Parameterized):
 
     @param.depends("diff_compare_values", watch=True)
     def _on_diff_compare_values(self):
-        from inspector.ui.session.value_table import value_table
+        from inspector.core.diff.values import value_table
 
         trees = self._session.trees
         a, b = trees.get(self.diff_a), trees.get(self.diff_b)

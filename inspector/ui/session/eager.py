@@ -38,14 +38,14 @@ def time_eager(call, repeats: int = 3, warmup: int = 1) -> tuple[float, object]:
 
 
 def max_abs_diff(result, reference) -> float:
-    """max |a - b| over the leaves of two trees of equal structure (0.0 for no leaves)."""
+    """max |a - b| over the leaves of two trees of equal structure (0.0 for no leaves), as
+    `inspector.diff(values=True)` measures it (`leaf_value_stats`): NaN when NaNs sit in
+    different places."""
+    from inspector.core.diff.values import leaf_value_stats
+
     if isinstance(result, inspector.PackedTree):
         result = result.unpack()
-    a, b = jax.tree.leaves(result), jax.tree.leaves(reference)
-    worst = 0.0
-    for x, y in zip(a, b, strict=True):
-        x, y = np.asarray(x), np.asarray(y)
-        if x.size:
-            d = np.abs(x.astype(np.float64) - y.astype(np.float64))
-            worst = max(worst, float(np.nanmax(d)) if not np.all(np.isnan(d)) else 0.0)
-    return worst
+    pairs = [(x, y) for x, y in zip(jax.tree.leaves(result), jax.tree.leaves(reference),
+                                    strict=True) if np.size(x)]
+    worst = [s.max_abs for s in leaf_value_stats(pairs)]
+    return float("nan") if any(np.isnan(worst)) else max(worst, default=0.0)

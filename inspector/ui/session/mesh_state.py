@@ -16,7 +16,7 @@ import inspector
 from inspector.core.packed import structure_of
 from inspector.core.sharding import axes_text, check_specs, presets
 from inspector.ui.session.formatting import plural
-from inspector.ui.session.hosts import led_shard, shared_now
+from inspector.ui.session.host_commands import led_shard, shared_now
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.ops.index import index_fields
 from inspector.ui.session.tree_index import ROOT_ID

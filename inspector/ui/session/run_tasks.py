@@ -11,7 +11,7 @@ import dataclasses
 
 import inspector
 from inspector.ui.session.formatting import human_bytes
-from inspector.ui.session.hosts import led_keep, led_run, shared_now, spans_hosts
+from inspector.ui.session.host_commands import led_keep, led_run, shared_now, spans_hosts
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.records import RunRecord
 from inspector.ui.session.tree_index import index_for

@@ -4,7 +4,9 @@
 relative L2, cosine similarity, fraction of elements changed beyond a tolerance) with one kernel
 per distinct (shape, dtypes): the leaves are read once, in float32 (complex64 for complex), and
 lazy checkpoint leaves are read as their kernel runs, a few at a time, so two checkpoints larger
-than memory can be compared. `diff(a, b, values=True)` uses it.
+than memory can be compared. `diff(a, b, values=True)`, the app's Compare view (one leaf
+selected, and `value_table`: every leaf and subtree) and `pytree-inspector diff --values` all
+use it: one implementation of max |a-b| and relative L2.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from inspector.core.devices import resolve_device
+from inspector.core.packed import unpacked
 from inspector.core.plan import Call, Plan
 from inspector.core.tolerance import ATOL, RTOL
 
@@ -269,3 +272,49 @@ def subtree_value_stats(stats: dict[tuple, ValueStats]) -> dict[tuple, ValueStat
         else:
             out[key] = _figures(max_abs, err2, na2, nb2, dot, changed, size)
     return out
+
+
+COLUMNS = ("path", "kind", "size", "max_abs", "rel_l2", "cosine", "changed")
+"""The keys of each `value_table` row."""
+
+
+def _leaves(tree) -> dict:
+    flat, _ = jax.tree_util.tree_flatten_with_path(unpacked(tree))
+    return {tuple(jax.tree_util.keystr((k,)) for k in path): leaf for path, leaf in flat}
+
+
+def _nbytes(x) -> int:
+    return int(getattr(x, "nbytes", 0) or 0)
+
+
+def value_table(a, b, rtol: float = RTOL, atol: float = ATOL, device=None,
+                progress=None) -> list[dict]:
+    """The whole-tree value diff (the app's Compare tab): rows for every leaf both trees have
+    with the same shape, and for every subtree above them (figures aggregated as one vector:
+    max, norm- and size-weighted; `COLUMNS`), sorted by relative L2, largest first (NaN
+    first: NaNs moved). Reads each leaf of both trees once.
+
+    `progress(leaves done, leaves, bytes read, bytes)` is called as the leaves are reduced
+    (lazy checkpoint leaves stream: a few at a time)."""
+    la, lb = _leaves(a), _leaves(b)
+    keys = [k for k, x in la.items() if k in lb and tuple(getattr(x, "shape", ())) ==
+            tuple(getattr(lb[k], "shape", ())) and hasattr(x, "dtype")]
+    report = None
+    if progress is not None:  # leaves done -> also the bytes of both trees read so far
+        read = [0]
+        for k in keys:
+            read.append(read[-1] + _nbytes(la[k]) + _nbytes(lb[k]))
+
+        def report(done, total):
+            progress(done, total, read[done], read[-1])
+
+    stats = leaf_value_stats([(la[k], lb[k]) for k in keys], rtol, atol, device, report)
+    by_key = dict(zip(keys, stats, strict=True))
+    rows = []
+    for key, s in subtree_value_stats(by_key).items():
+        rows.append({"path": "".join(key) or "(root)", "kind": "leaf" if key in by_key else
+                     "subtree", "size": s.size, "max_abs": s.max_abs, "rel_l2": s.rel_l2,
+                     "cosine": s.cosine, "changed": s.frac_changed})
+    rows.sort(key=lambda r: (-(r["rel_l2"] if r["rel_l2"] == r["rel_l2"] else float("inf")),
+                             r["path"]))
+    return rows

@@ -95,7 +95,7 @@ def diff(a, b, values: bool = False, rtol: float = RTOL, atol: float = ATOL,
     except nodes.DepthExceeded:
         raise nodes.too_deep(a, b) from None
     if values:
-        from inspector.core.value_diff import leaf_value_stats
+        from inspector.core.diff.values import leaf_value_stats
 
         pending = [d for d in out if isinstance(d, _Pending)]
         wrong = [f"{p.path or '(root)'}: {np.dtype(x.dtype).str}, {why}" for p in pending
@@ -196,26 +196,3 @@ def _compare_leaves(a, b, path: str, values: bool, out: list) -> None:
 def _content(x: Opaque) -> str:
     text = repr(x.plain())
     return f"{x.summary()} = {text if len(text) <= 80 else text[:79] + '…'}"
-
-
-def value_difference(a, b) -> tuple[float, float]:
-    """Returns `(max |a - b|, ||a - b|| / ||a||)` computed in float64 (reads both leaves).
-
-    NaNs in the same places count as equal; NaNs in different places make both figures NaN.
-    """
-    x = np.asarray(a).astype(np.complex128 if np.iscomplexobj(a) else np.float64)
-    y = np.asarray(b).astype(np.complex128 if np.iscomplexobj(b) else np.float64)
-    nan_x, nan_y = np.isnan(x), np.isnan(y)
-    if not np.array_equal(nan_x, nan_y):
-        return float("nan"), float("nan")
-    both = nan_x & nan_y
-    d = np.where(both, 0, x - y)
-    if d.size == 0:
-        return 0.0, 0.0
-    inf_same = np.isinf(x) & (x == y)
-    d = np.where(inf_same, 0, d)
-    max_abs = float(np.max(np.abs(d)))
-    norm = float(np.linalg.norm(np.where(both | inf_same, 0, x)))
-    err = float(np.linalg.norm(d))
-    rel = err / norm if norm else (0.0 if err == 0 else float("inf"))
-    return max_abs, rel
