@@ -145,3 +145,18 @@ def test_describe_and_tree_index_share_one_search(monkeypatch):
         index.rows[i].path for i in index.quant.hidden}
     tree_index.TreeIndex(described, tree)  # other rows or a second index: searched anew
     assert len(calls) == 2
+
+
+def test_a_flat_checkpoint_at_the_root_and_a_dict_of_arrays_and_dicts():
+    rng = np.random.default_rng(3)
+    codes, block = P.fp8_codes(rng, (256, 384)), np.ones((2, 3), np.float32)
+    flat = {f"model.layers.{i}.mlp.up_proj.{name}": _lazy(v, f"/m/s-{(i + j) % 2}:{name}")
+            for i in range(5) for j, (name, v) in enumerate(
+                [("weight", codes), ("weight_scale_inv", block)])}
+    flat["lm_head.weight"] = codes  # in memory, no scale: an orphan
+    mixed = {"weight": codes, "weight_scale": block, "inner": {"weight": codes},
+             "list": [np.zeros(2)]}
+    for tree in (flat, mixed, {"x": flat}):
+        assert [_fields(g) for g in inspector.quant_groups(tree)] == _reference(tree)
+    problems = [p for g in inspector.quant_groups(flat) for p in g.problems]
+    assert sum(p.startswith("split across shards") for p in problems) == 5

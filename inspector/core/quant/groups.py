@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Mapping
-from itertools import repeat
-from operator import attrgetter
 
 import numpy as np
 
@@ -148,20 +146,19 @@ _FOUND_LIMIT = 4096
 _NEW = object.__new__
 _MAX_DEPTH = nodes.MAX_DEPTH
 _LEAVES = frozenset({np.ndarray, LazyArray})
-_LAZY = frozenset({LazyArray})
 _DICTS = frozenset({dict})
-_SOURCE = attrgetter("source")
 _UNSORTABLE = object()  # ends the signature of a dict whose keys do not all sort
 
 
 def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
-    # Hot: a 100,000-leaf checkpoint is searched in one pass. Most dicts hold only leaves or
-    # only dicts; which, is one C-level set of their values' types. A dict of leaves costs
-    # its signature (keys, shapes, dtypes: C-level tuples) and one look-up: the groups of
-    # each leaf layout are found once (`kinds.analyse`), so the 50,000 layers of one model
-    # are analysed once per distinct layout, and each group is a four-field record. Only the
-    # keys of dicts of dicts are sorted (JAX's order). One frame per level: the depth guard
-    # must trip before Python's recursion limit.
+    # Hot: a 100,000-leaf checkpoint is searched in one pass. Most dicts hold only arrays
+    # (done inline by their parent) or only dicts. A dict of arrays costs one pass over its
+    # leaves (its signature: keys, shapes, dtypes; whether its lazy leaves share the file of
+    # the last group checked) and one look-up: the groups of each leaf layout are found once
+    # (`kinds.analyse`), so the 50,000 layers of one model are analysed once per distinct
+    # layout, and each group is a four-slot record. Only the keys of dicts of dicts are
+    # sorted (JAX's order). One frame per level: the depth guard must trip before Python's
+    # recursion limit.
     if depth > _MAX_DEPTH:
         raise nodes.DepthExceeded
     if type(node) is not dict:
@@ -182,7 +179,7 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
     types = set(map(type, node.values()))
     if types <= _LEAVES:  # a dict of arrays (a checkpoint with flat dotted names)
         if types:
-            _emit(node, _signature(node), node, path, keys, out, types == _LAZY)
+            _emit(node, _signature(node), node, path, keys, out)
         return
     if types == _DICTS:
         inner = list(node)
@@ -202,15 +199,13 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
             # Most dicts of a checkpoint hold arrays only: done here, one frame fewer, their
             # signature built and their sources checked in one pass over the leaves.
             sig = [*child]
-            whole = bool(prefix)  # every leaf lazy, from the file of the last group checked
+            whole = True  # every lazy leaf from the file of the last group checked
             for v in child.values():
                 t = type(v)
                 if t is lazy:
-                    if whole and not v.source.startswith(prefix):
+                    if whole and not (prefix and v.source.startswith(prefix)):
                         whole = False
-                elif t is ndarray:
-                    whole = False
-                else:
+                elif t is not ndarray:
                     break  # not arrays only: walked below as any dict
                 sig += (v.shape, v.dtype.type)
             else:
@@ -254,7 +249,7 @@ def _mixed(node: dict, path: str, keys: tuple, out: list) -> list:
         sig_end = (_UNSORTABLE,)
     if leaves:
         sig = _signature(leaves) + sig_end
-        _emit(leaves, sig, node, path, keys, out, False)
+        _emit(leaves, sig, node, path, keys, out)
     return [k for k in order if k in others]
 
 
@@ -273,18 +268,14 @@ def _mapping_items(node):
         return None
 
 
-def _emit(leaves: dict, sig: tuple, node: dict, path: str, keys: tuple, out: list,
-          lazy: bool) -> None:
+def _emit(leaves: dict, sig: tuple, node: dict, path: str, keys: tuple, out: list) -> None:
     """The groups among `leaves` (a dict's array leaves, `sig` their signature) given the
     dict's key path."""
     found = _FOUND.get(sig)
     if found is None:
         found = _analysed(sig, leaves, node)
     if found:
-        if lazy and _one_file(leaves.values()):
-            _records(found, None, path, keys, out)
-        else:
-            _records(found, leaves, path, keys, out)
+        _records(found, None if _one_file(leaves.values()) else leaves, path, keys, out)
 
 
 def _analysed(sig: tuple, leaves: dict, node: dict) -> tuple:
@@ -296,13 +287,13 @@ def _analysed(sig: tuple, leaves: dict, node: dict) -> tuple:
 
 
 def _one_file(leaves) -> bool:
-    """Whether the lazy `leaves` all come from the file of the group checked before (sources
-    read `file:tensor`): then none of their groups is split across shards."""
+    """Whether the lazy ones among `leaves` all come from the file of the group checked
+    before (sources read `file:tensor`): then none of their groups is split across shards."""
     prefix = _LAST_FILE[0]
-    try:
-        return bool(prefix) and all(map(str.startswith, map(_SOURCE, leaves), repeat(prefix)))
-    except AttributeError:  # not lazy leaves only
-        return False
+    for v in leaves:
+        if type(v) is LazyArray and not (prefix and v.source.startswith(prefix)):
+            return False
+    return True
 
 
 def _records(found: tuple, leaves: dict | None, path: str, keys: tuple, out: list) -> None:
