@@ -11,8 +11,9 @@ merges), since walking a vocabulary is most of the header's cost.
     python benchmarks/bench_gguf.py [--repeats 30]
 
 Prints, per file: the median time of `inspector.load` (the tree of lazy leaves),
-`gguf_format.read` (the checked header alone), the bytes they read, and one run of
-`gguf.GGUFReader` for reference.
+`gguf_format.read` (the checked header alone), the same read with the vocabulary walked string
+by string (`gguf_strings` switched off: the walk before it), the bytes they read, and one run
+of `gguf.GGUFReader` for reference.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import gguf
 import numpy as np
 
 import inspector
-from inspector.io import gguf_format
+from inspector.io import gguf_format, gguf_header
 
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
 TARGET_MS = 50.0
@@ -116,6 +117,16 @@ def main() -> None:
         read_ms, read_min = timed_ms(
             lambda p=path: (gguf_format.forget(), gguf_format.read(p)), args.repeats
         )
+        vector_min = gguf_header._VECTOR_MIN
+        gguf_header._VECTOR_MIN = 1 << 62  # every string array walked string by string
+        try:
+            plain = gguf_format.forget(), gguf_format.read(path)
+            assert plain[1] == header  # the same header either way
+            plain_ms, plain_min = timed_ms(
+                lambda p=path: (gguf_format.forget(), gguf_format.read(p)), args.repeats
+            )
+        finally:
+            gguf_header._VECTOR_MIN = vector_min
         start = time.perf_counter()
         reader = gguf.GGUFReader(path)
         reader_ms = (time.perf_counter() - start) * 1e3
@@ -132,7 +143,7 @@ def main() -> None:
         )
         print(
             f"  gguf_format.read (the checked header alone): {read_ms:.1f} ms median "
-            f"(min {read_min:.1f})"
+            f"(min {read_min:.1f}); string by string: {plain_ms:.1f} ms (min {plain_min:.1f})"
         )
         print(
             f"  gguf.GGUFReader (gguf {gguf_format._gguf_version()}, one run): "

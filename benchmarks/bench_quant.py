@@ -2,6 +2,7 @@
 the memory-bandwidth reference (`bandwidth.py`), from one run.
 
     PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--compare-table]
+                                                  [--compare-groups REV]
 
 1. quant_groups: a DeepSeek-V3-like tree of lazy leaves (no data: only shapes and dtypes are
    read), 7 linear layers per block, each an (256, 384) float8_e4m3fn weight and its (2, 3)
@@ -12,6 +13,10 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
    Beside it, the floor of any XLA kernel over the same bytes: the codes only widened to
    bfloat16. `--compare-table` runs it alternately with the CPU's former float8 decoder (a
    gather from a 256-entry table) and the current one (`kernels.fp8_bits`), twice each.
+
+`--compare-groups REV` times `quant_groups` alternately with the `groups.py` of git revision
+REV (loaded beside the current one in this process) and the current one, CPU time, and
+checks that both give the same groups.
 """
 
 from __future__ import annotations
@@ -77,6 +82,43 @@ def bench_groups(n_leaves: int, repeats: int) -> None:
           f"{ms(wall):.1f} ms wall (min {min(wall) * 1e3:.1f}, max {max(wall) * 1e3:.1f}, "
           f"n={repeats}), {ms(cpu):.1f} ms CPU; a bare walk of the same dicts {ms(floor):.1f} ms; "
           "target <= 50 ms")
+
+
+def previous_groups(rev: str):
+    """`quant_groups` as `inspector/core/quant/groups.py` had it at git revision `rev`."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    source = subprocess.run(["git", "show", f"{rev}:inspector/core/quant/groups.py"],
+                            capture_output=True, text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp()) / "groups_previous.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("groups_previous", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["groups_previous"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.quant_groups
+
+
+def compare_groups(rev: str, n_leaves: int, rounds: int) -> None:
+    """CPU time of `quant_groups` at `rev` and now, alternated (the machine's load moves
+    both), and the same groups from both."""
+    tree = fp8_structure(n_leaves)
+    before, now = previous_groups(rev), inspector.quant_groups
+    fields = lambda g: (g.scheme, g.path, g.members, g.shape, g.dtype,  # noqa: E731
+                        g.problems, g.layout, g.block, g.steps, g.names)
+    assert [fields(g) for g in before(tree)] == [fields(g) for g in now(tree)]
+    times: dict = {rev: [], "now": [], "bare walk": []}
+    for _ in range(rounds):
+        for name, fn in ((rev, before), ("now", now), ("bare walk", bare_walk)):
+            start = time.process_time()
+            fn(tree)
+            times[name].append(time.process_time() - start)
+    print(f"quant_groups over {n_leaves:,} leaves, CPU time, medians of {rounds} alternated "
+          "calls (same groups from both): " + ", ".join(
+              f"{name} {statistics.median(t) * 1e3:.1f} ms (min {min(t) * 1e3:.1f})"
+              for name, t in times.items()))
 
 
 def fp8_tree(n_params: float, side: int = 2048) -> dict:
@@ -166,6 +208,10 @@ def main() -> None:
     quick = "--quick" in sys.argv
     if "--compare-table" in sys.argv:
         compare_table(1e6 if quick else 1e8, 2)
+        return
+    if "--compare-groups" in sys.argv:
+        compare_groups(sys.argv[sys.argv.index("--compare-groups") + 1],
+                       10_000 if quick else 100_000, 5 if quick else 15)
         return
     bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
     bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)

@@ -115,20 +115,9 @@ def _may_hold_quant(rows: list, _dtype=itemgetter(6), _key=itemgetter(1),
 
 
 def _mark_quant(tree, rows: list) -> None:
-    from inspector.core.quant.groups import quant_groups
+    from inspector.core.quant.rows import mark  # imports JAX: only when needed
 
-    groups = quant_groups(tree)
-    if not groups:
-        return
-    texts = {}
-    for g in groups:
-        main = g.members.get("weight") or g.members.get("blocks") or g.members.get("qweight") \
-            or next(iter(g.members.values()))
-        texts[main] = g.text
-    for i, row in enumerate(rows):
-        text = texts.get(row.path)
-        if text is not None:
-            rows[i] = row._replace(quant=text)
+    mark(tree, rows)
 
 
 def _walk(node, path: str, key: str, depth: int, rows: list,

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from inspector.io.file_error import file_error
+from inspector.io.gguf_strings import skip_strings
 from inspector.io.location import Location
 
 MAGIC = b"GGUF"
@@ -36,6 +37,7 @@ _INT64_MAX = 2**63 - 1
 _PAGE = mmap.PAGESIZE
 _CHUNK = 1 << 16  # the first read; each further one doubles what is held (a request, remotely)
 _BATCH = 4096  # strings skipped between checks
+_VECTOR_MIN = 2048  # string arrays longer than this are skipped by `gguf_strings`
 
 _UINT32, _STRING, _ARRAY = 4, 8, 9
 _SCALARS = {  # GGUF value type -> (name, struct format)
@@ -90,6 +92,7 @@ class _Cursor:
 
     def __init__(self, location: Location, size: int):
         self.location, self.size, self.pos = location, size, 0
+        self.seen = 0  # the furthest byte looked at ahead of `pos` (a window of strings)
         self._map = None
         if location.local_path is not None and size:
             # a local file is mapped: the walk touches only the header's pages, and no buffer
@@ -106,7 +109,7 @@ class _Cursor:
         """Bytes of the file read so far (mapped: the pages the walk touched)."""
         if self._map is None:
             return len(self.buffer)
-        return min(self.size, -(-self.pos // _PAGE) * _PAGE)
+        return min(self.size, -(-max(self.pos, self.seen) // _PAGE) * _PAGE)
 
     def close(self) -> None:
         if self._map is not None:
@@ -260,7 +263,11 @@ def _value(cursor: _Cursor, kind: int, key: str, location) -> Any:
     _checked_length(cursor, n, 8, key, location)
     kept = n if n <= ARRAY_KEPT else ARRAY_HEAD
     head = tuple(cursor.string(f"item {j} of {key!r}") for j in range(kept))
-    _skip_strings(cursor, n - kept, key)
+    if n - kept > _VECTOR_MIN:
+        skip_strings(cursor, n - kept, f"a string of {key!r}",
+                     lambda c, m: _skip_strings(c, m, key))
+    else:
+        _skip_strings(cursor, n - kept, key)
     return GGUFArray("string", n, head)
 
 
@@ -289,7 +296,7 @@ def _skip_strings(cursor: _Cursor, n: int, key: str) -> None:
         try:
             for _ in range(batch):
                 pos += 8 + unpack(buffer, pos)[0]
-        except struct.error:  # the length at `pos` is past the buffer
+        except (struct.error, OverflowError):  # the length at `pos` is past the buffer
             crossed = True
         if not crossed and pos <= len(buffer):
             cursor.pos = pos

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from inspector.core import nodes
 from inspector.core.lazy import LazyArray
 from inspector.core.packed import structure_of
-from inspector.core.quant import schemes as S
+from inspector.core.quant import kinds
 
 
-@dataclass(frozen=True)
 class QuantGroup:
-    """One quantized weight: its members and what it is once dequantized.
+    """One quantized weight: its members and what it is once dequantized (read-only).
 
     Attributes:
         scheme: "fp8", "mxfp4", "gptq" or "awq".
@@ -41,53 +39,78 @@ class QuantGroup:
         parent, names: where the members live (the holding dict's keys from the root, and
             each role's own key there, with the "logical" key), for `dequantize`; not shown
             or compared.
+
+    A record costs a few hundred nanoseconds: what every dict of one leaf layout shares (the
+    scheme, shapes, layout, member names) is one `kinds.Kind`, and the key paths are joined
+    from the holding dict's path when read.
     """
 
-    scheme: str
-    path: str
-    members: dict
-    shape: tuple[int, ...] | None
-    dtype: str | None
-    problems: list = field(default_factory=list)
-    layout: str = ""
-    block: tuple | None = None
-    parent: tuple = field(default=(), repr=False, compare=False)
-    names: dict = field(default_factory=dict, repr=False, compare=False)
+    __slots__ = ("_kind", "_at", "_problems", "_parent", "_members")
+
+    scheme = property(lambda self: self._kind.scheme)
+    shape = property(lambda self: self._kind.shape)
+    dtype = property(lambda self: self._kind.dtype)
+    layout = property(lambda self: self._kind.layout)
+    block = property(lambda self: self._kind.block)
+    names = property(lambda self: self._kind.names)
+    usable = property(lambda self: self._kind.usable,
+                      doc="Whether it can be dequantized: every member present, shapes "
+                          "that tile.")
+    problems = property(lambda self: self._problems)
+    parent = property(lambda self: self._parent)
+
+    @property
+    def path(self) -> str:
+        return self._at + self._kind.frag
+
+    @property
+    def members(self) -> dict:
+        try:
+            return self._members
+        except AttributeError:
+            kind, at = self._kind, self._at
+            self._members = dict(zip(kind.roles, [at + f for f in kind.frags], strict=True))
+            return self._members
+
+    @property
+    def main(self) -> str | None:
+        """The key path of the member whose row shows the group (its codes); None for a
+        scale with no weight."""
+        main = self._kind.main
+        return None if main is None else self._at + main
 
     @property
     def steps(self) -> tuple:
         """The steps from the root to the dict holding the members: raw dict keys, and
         `(keystr,)` for a step through a list, tuple or custom node."""
-        out, link = [], self.parent
+        out, link = [], self._parent
         while link:
             link, key = link[0], link[1]
             out.append(key)
         return tuple(reversed(out))
 
     @property
-    def usable(self) -> bool:
-        """Whether it can be dequantized: every member present, shapes that tile."""
-        return self.shape is not None and not any(
-            p.startswith(_BLOCKING) or "does not tile" in p for p in self.problems)
-
-    @property
     def text(self) -> str:
         """What `describe` shows beside the weight: the layout, where the scales are, and
         the problems (`fp8 e4m3 · 128x128 block scales in ['…weight_scale_inv']`)."""
-        scales = [self.members[r] for r in ("scale", "scales") if r in self.members]
-        where = f" in [{_short(scales[0])}]" if scales and self.layout else ""
-        return "; ".join([self.layout + where, *self.problems]) if self.problems \
-            else self.layout + where
+        text = self._kind.text
+        return "; ".join([text, *self._problems]) if self._problems else text
 
+    def _fields(self) -> tuple:
+        return (self.scheme, self.path, self.members, self.shape, self.dtype, self.problems,
+                self.layout, self.block)
 
-_BLOCKING = ("no scale", "no weight", "no codes", "missing", "unknown")
+    def __eq__(self, other):
+        if type(other) is not QuantGroup:
+            return NotImplemented
+        return self._fields() == other._fields()
 
+    __hash__ = None  # type: ignore[assignment]  # members and problems are mutable
 
-def _short(path: str) -> str:
-    """`'…weight_scale_inv'` for the last key of a path (dotted names keep their last part)."""
-    key = path[path.rfind("[") + 1:-1] if path.endswith("]") else path
-    name = key.strip("'\"")
-    return f"'…{name.rsplit('.', 1)[1]}'" if "." in name else f"'{name}'"
+    def __repr__(self) -> str:
+        names = ("scheme", "path", "members", "shape", "dtype", "problems", "layout", "block")
+        return "QuantGroup(" + ", ".join(
+            f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True)) + ")"
 
 
 def quant_groups(tree) -> list[QuantGroup]:
@@ -118,22 +141,24 @@ def quant_groups(tree) -> list[QuantGroup]:
     return out
 
 
-_SCALE_ENDS = ("weight_scale_inv", "weight_scale", "scale_weight")
-_MARKS = (*_SCALE_ENDS, "_blocks", "_scales", "qweight", "qzeros", "scales", "g_idx")
-_FOUND: dict = {}  # a dict's leaf signature -> the groups among them (relative to the dict)
+_FOUND: dict = {}  # a dict's leaf signature -> its groups (`Kind`s, relative to the dict)
 _FOUND_LIMIT = 4096
 _NEW = object.__new__
-_SET = object.__setattr__
 _MAX_DEPTH = nodes.MAX_DEPTH
+_LEAVES = frozenset({np.ndarray, LazyArray})
+_DICTS = frozenset({dict})
+_UNSORTABLE = object()  # ends the signature of a dict whose keys do not all sort
 
 
 def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
-    # Hot: a 100,000-leaf checkpoint is searched in one pass. A dict's leaves are looked at
-    # once each (a dtype and a name suffix), in the dict's own order; the dicts that may hold
-    # groups are matched by their leaves' (name, shape, dtype) signature, so the 50,000 layers
-    # of one model are analysed once per distinct layer layout, not once each; only the keys
-    # of the dicts inside are sorted (JAX's order). One frame per level: the depth guard must
-    # trip before Python's recursion limit.
+    # Hot: a 100,000-leaf checkpoint is searched in one pass. Most dicts hold only arrays
+    # (done inline by their parent) or only dicts. A dict of arrays costs one pass over its
+    # leaves (its signature: keys, shapes, dtypes; whether its lazy leaves share the file of
+    # the last group checked) and one look-up: the groups of each leaf layout are found once
+    # (`kinds.analyse`), so the 50,000 layers of one model are analysed once per distinct
+    # layout, and each group is a four-slot record. Only the keys of dicts of dicts are
+    # sorted (JAX's order). One frame per level: the depth guard must trip before Python's
+    # recursion limit.
     if depth > _MAX_DEPTH:
         raise nodes.DepthExceeded
     if type(node) is not dict:
@@ -151,56 +176,89 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
                 if type(child) is not np.ndarray and type(child) is not LazyArray:
                     _walk(child, path + key, (keys, (key,)), out, depth + 1)
             return
-    inner = sig = None
-    hit = False
-    text = True  # every key a str: the leaves sort by name, as JAX sorts the dict
-    fp8_types, marks, lazy, ndarray, str_ = S.FP8_TYPES, _MARKS, LazyArray, np.ndarray, str
+    types = set(map(type, node.values()))
+    if types <= _LEAVES:  # a dict of arrays (a checkpoint with flat dotted names)
+        if types:
+            _emit(node, _signature(node), node, path, keys, out)
+        return
+    if types == _DICTS:
+        inner = list(node)
+        if len(inner) > 1:
+            try:
+                inner.sort()
+            except TypeError:  # keys of mixed types: JAX keeps insertion order
+                pass
+    else:
+        inner = _mixed(node, path, keys, out)
+    found_get, new, group = _FOUND.get, _NEW, QuantGroup
+    lazy, ndarray = LazyArray, np.ndarray
+    prefix = _LAST_FILE[0]
+    for k in inner:
+        child = node[k]
+        if type(child) is dict and child:
+            # Most dicts of a checkpoint hold arrays only: done here, one frame fewer, their
+            # signature built and their sources checked in one pass over the leaves.
+            sig = [*child]
+            whole = True  # every lazy leaf from the file of the last group checked
+            for v in child.values():
+                t = type(v)
+                if t is lazy:
+                    if whole and not (prefix and v.source.startswith(prefix)):
+                        whole = False
+                elif t is not ndarray:
+                    break  # not arrays only: walked below as any dict
+                sig += (v.shape, v.dtype.type)
+            else:
+                sig = tuple(sig)
+                found = found_get(sig)
+                if found is None:
+                    found = _analysed(sig, child, child)
+                if found:
+                    at, link = f"{path}[{k!r}]", (keys, k)
+                    if whole:
+                        for kind in found:
+                            g = new(group)
+                            g._kind, g._at, g._parent = kind, at, link
+                            g._problems = list(kind.problems) if kind.problems else []
+                            out.append(g)
+                    else:
+                        _records(found, child, at, link, out)
+                        prefix = _LAST_FILE[0]
+                continue
+        # keys as a linked pair (parent keys, key): flattened only where a group needs them
+        _walk(child, f"{path}[{k!r}]", (keys, k), out, depth + 1)
+
+
+def _mixed(node: dict, path: str, keys: tuple, out: list) -> list:
+    """A dict of leaves and other nodes: its leaves' groups emitted; gives its other keys,
+    in JAX's order."""
+    leaves, others = {}, set()
     for k, v in node.items():
         t = type(v)
-        if t is dict:
-            if inner is None:
-                inner = [k]
-            else:
-                inner.append(k)
-            if text and type(k) is not str_:
-                text = False
-        elif t is lazy or t is ndarray or (hasattr(v, "dtype") and hasattr(v, "shape")):
-            if type(k) is str_:
-                code = v.dtype.type
-                if sig is None:
-                    sig = [k, v.shape, code]
-                else:
-                    sig += (k, v.shape, code)
-                if not hit and (code in fp8_types or k.endswith(marks)):
-                    hit = True
-            else:
-                text = False
+        if t is LazyArray or t is np.ndarray or (
+                t is not dict and hasattr(v, "dtype") and hasattr(v, "shape")):
+            if type(k) is str:
+                leaves[k] = v
         else:
-            if inner is None:
-                inner = [k]
-            else:
-                inner.append(k)
-            if text and type(k) is not str_:
-                text = False
-    if hit:
-        _emit(node, sig, text, path, keys, out)
-    if inner is not None:
-        if len(inner) > 1:
-            if text:
-                inner.sort()
-            else:
-                inside = set(inner)
-                inner = [k for k in _sorted(node) if k in inside]
-        for k in inner:
-            # keys as a linked pair (parent keys, key): flattened only where a group needs them
-            _walk(node[k], f"{path}[{k!r}]", (keys, k), out, depth + 1)
-
-
-def _sorted(node):
+            others.add(k)
     try:
-        return sorted(node)
+        order = sorted(node)
+        sig_end = ()
     except TypeError:  # keys of mixed types: JAX keeps insertion order
-        return list(node)
+        order = list(node)
+        sig_end = (_UNSORTABLE,)
+    if leaves:
+        sig = _signature(leaves) + sig_end
+        _emit(leaves, sig, node, path, keys, out)
+    return [k for k in order if k in others]
+
+
+def _signature(leaves: dict) -> tuple:
+    """The keys, then each leaf's shape and dtype: what the groups among them depend on."""
+    sig = [*leaves]
+    for v in leaves.values():
+        sig += (tuple(v.shape), getattr(v.dtype, "type", v.dtype))
+    return tuple(sig)
 
 
 def _mapping_items(node):
@@ -210,69 +268,57 @@ def _mapping_items(node):
         return None
 
 
-def _emit(node: dict, sig: list, text: bool, path: str, keys: tuple, out: list) -> None:
-    """The groups of one dict's leaves (`sig`: name, shape, dtype type of each, in the dict's
-    order), found once per signature and given this dict's paths."""
-    if not text:
-        sig.append(_INSERTION_ORDER)
-    sig = tuple(sig)
+def _emit(leaves: dict, sig: tuple, node: dict, path: str, keys: tuple, out: list) -> None:
+    """The groups among `leaves` (a dict's array leaves, `sig` their signature) given the
+    dict's key path."""
     found = _FOUND.get(sig)
     if found is None:
-        if len(_FOUND) >= _FOUND_LIMIT:
-            _FOUND.clear()
-        found = _FOUND[sig] = _analyse(node, sig, text)
-    if not found:
-        return
-    new, set_, group, last = _NEW, _SET, QuantGroup, _LAST_FILE
-    for shared, frag, roles, frags, names, problems in found:
-        problems = list(problems) if problems else []
-        if type(node[names[0]]) is LazyArray:
-            # Sources read `file:tensor`; most groups' members share the file of the group
-            # before them, which settles them with a `startswith` each.
-            prefix = last[0]
-            for n in names:
-                leaf = node[n]
-                if not prefix or type(leaf) is not LazyArray or \
-                        not leaf.source.startswith(prefix):
-                    split = _split([(n, node[n]) for n in names])
-                    if split:
-                        problems.append(split)
-                    break
+        found = _analysed(sig, leaves, node)
+    if found:
+        _records(found, None if _one_file(leaves.values()) else leaves, path, keys, out)
+
+
+def _analysed(sig: tuple, leaves: dict, node: dict) -> tuple:
+    """The groups (`Kind`s) of a leaf signature, found once and kept."""
+    if len(_FOUND) >= _FOUND_LIMIT:
+        _FOUND.clear()
+    found = _FOUND[sig] = kinds.analyse(leaves, _order(node, leaves))
+    return found
+
+
+def _one_file(leaves) -> bool:
+    """Whether the lazy ones among `leaves` all come from the file of the group checked
+    before (sources read `file:tensor`): then none of their groups is split across shards."""
+    prefix = _LAST_FILE[0]
+    for v in leaves:
+        if type(v) is LazyArray and not (prefix and v.source.startswith(prefix)):
+            return False
+    return True
+
+
+def _records(found: tuple, leaves: dict | None, path: str, keys: tuple, out: list) -> None:
+    """One `QuantGroup` per kind, at `path`; each checked for members in different files
+    unless `leaves` is None."""
+    new, group = _NEW, QuantGroup
+    for kind in found:
         g = new(group)
-        # The dataclass is frozen: its fields are set once here, bypassing the frozen
-        # __setattr__ (the generated __init__ costs ~3 us a group; 50,000 groups: 150 ms).
-        values = shared.copy()
-        values["path"] = path + frag
-        values["members"] = dict(zip(roles, [path + f for f in frags], strict=True))
-        values["problems"] = problems
-        values["parent"] = keys
-        set_(g, "__dict__", values)
+        g._kind, g._at, g._parent = kind, path, keys
+        problems = list(kind.problems) if kind.problems else []
+        if leaves is not None:
+            split = _split([(n, leaves[n]) for n in kind.keys])
+            if split:
+                problems.append(split)
+        g._problems = problems
         out.append(g)
 
 
-_INSERTION_ORDER = object()  # ends the signature of a dict whose keys do not all sort
-
-
-def _analyse(node: dict, sig: tuple, text: bool) -> list:
-    """The groups among one dict's leaves, relative to it (cached by signature)."""
-    from inspector.core.quant import finders
-
-    names = set(sig[0:len(sig) - (not text):3])
-    order = sorted(names) if text else [k for k in _sorted(node) if k in names]
-    leaves = [(k, node[k]) for k in order]
-    node = dict(leaves)
-    taken: set = set()
-    fp8 = [k for k, v in leaves if v.dtype.type in S.FP8_TYPES]
-    found = [finders.fp8_group(node, name, taken) for name in fp8]
-    found.extend(finders.scale_orphans(node, taken))
-    found.extend(finders.mxfp4_groups(node, taken))
-    found.extend(finders.int4_group(node, taken))
-    return [({"scheme": scheme, "shape": shape, "dtype": dtype, "layout": layout,
-              "block": block, "names": {**members, "logical": logical}},
-             f"[{logical!r}]", tuple(members), tuple(f"[{n!r}]" for n in members.values()),
-             tuple(members.values()), tuple(problems))
-            for scheme, logical, members, shape, dtype, problems, layout, block
-            in sorted(found, key=lambda g: g[1])]
+def _order(node: dict, leaves: dict) -> list:
+    """The leaves' keys in JAX's order: sorted, unless the dict's keys do not sort."""
+    try:
+        order = sorted(node)
+    except TypeError:
+        order = list(node)
+    return [k for k in order if k in leaves]
 
 
 _LAST_FILE = [""]  # the file prefix (`path:`) of the last group checked
