@@ -52,8 +52,8 @@ class InspectorState(param.Parameterized):
                              "paths outside it are refused.")
 
     # Operation settings -----------------------------------------------------------------------
-    op = param.Selector(default="weighted_sum", objects=list(settings_classes()),
-                        doc="The operation to run (a key of `ops`).")
+    op = param.Selector(default=next(iter(settings_classes())), objects=list(settings_classes()),
+                        doc="The operation to run (a key of `ops`; the first tab's op at first).")
     ops = param.Dict(default={}, doc="Each op's settings (`OpSettings`) by op name: set their "
                      "params to set up a run, e.g. `ops['weighted_sum'].weights = [1, 2, 3]`.")
     auto_run = param.Boolean(default=True, doc="Re-run the op as soon as a live setting changes "
