@@ -128,16 +128,25 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs):
         compiled = plan.compiled[i]
         start = time.perf_counter()
         values, buffers = inputs.take(i)  # file leaves read ahead into reused buffers
+        read = time.perf_counter() - start
         try:
-            # other lazy leaves (remote ones) are read here, in the read time too
-            values = [np.asarray(a) if isinstance(a, LazyArray) else a for a in values]
-            read = time.perf_counter() - start
             # Arguments move to the device here, one call's worth at a time (not in `place`);
-            # on the CPU the read buffers are used as they are.
-            args = [a if isinstance(a, jax.Array) else
-                    jax.device_put(a, plan.device, may_alias=True)
-                    if isinstance(a, np.ndarray) and overlaps(a, buffers)
-                    else jax.device_put(np.asarray(a), plan.device) for a in values]
+            # on the CPU the read buffers are used as they are. Other lazy leaves (remote
+            # ones) are read here, one at a time, in the read time too.
+            args = []
+            for a in values:
+                if isinstance(a, LazyArray):
+                    begin = time.perf_counter()
+                    host = np.asarray(a)
+                    read += time.perf_counter() - begin
+                    args.append(jax.device_put(host, plan.device))
+                    del host
+                elif isinstance(a, jax.Array):
+                    args.append(a)
+                elif isinstance(a, np.ndarray) and overlaps(a, buffers):
+                    args.append(jax.device_put(a, plan.device, may_alias=True))
+                else:
+                    args.append(jax.device_put(np.asarray(a), plan.device))
             out = np.asarray(compiled(*args))
             del args
             if buffers and overlaps(out, buffers):
