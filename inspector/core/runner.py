@@ -15,6 +15,7 @@ from inspector.core.errors import InspectorError
 from inspector.core.host_read import read_leaves
 from inspector.core.lazy import LazyArray
 from inspector.core.op import Op, block, op_of, run_once
+from inspector.core.out_buffers import output_buffer
 from inspector.core.plan import _MANY, Call, Plan, thread_compiles
 
 __all__ = ["PlannedRun", "RunResult", "as_op", "block", "devices", "resolve_device", "run",
@@ -168,6 +169,19 @@ class PlannedRun:
         start = time.perf_counter()
         result = block(self.plan.execute())
         return result, time.perf_counter() - start
+
+    def detach(self) -> None:
+        """The next execution writes into fresh output buffers, not into the last result's
+        (which stays readable: an execution otherwise takes the last one's donated buffers).
+        Costs one output's worth of memory, as planning afresh would."""
+        for call in self.plan.calls:
+            if call.chain:  # its first argument is the previous call's output, at each run
+                continue
+            for i in call.donate:
+                old = call.args[i]
+                if isinstance(old, jax.Array):
+                    call.args[i] = output_buffer(old.shape, old.dtype, old.sharding
+                                                 if call.shardings else self.plan.device)
 
     def settle(self) -> None:
         """Marks the end of the untimed part: compilations until now count as this run's."""

@@ -145,10 +145,20 @@ def test_a_streamed_run_is_labelled_as_one_with_read_compute_and_write_apart(tmp
     assert rr.times == (rr.median_seconds,)
 
 
-@pytest.mark.parametrize("op", ["weighted_sum", "stack", "merge"])
+def _fp8() -> dict:
+    codes = np.zeros((256, 384), F8)
+    codes[0, 0], codes[200, 300] = 2.0, -3.0
+    return {"up": {"weight": codes,
+                   "weight_scale_inv": np.array([[0.5, 1, 2], [4, 8, 16]], np.float32)},
+            "norm": {"weight": np.ones(384, np.float32)}}
+
+
+@pytest.mark.parametrize("op", ["weighted_sum", "stack", "merge", "dequantize"])
 def test_a_run_plans_once_and_its_repeats_execute_that_plan(monkeypatch, op):
     s = InspectorState(repeats=5)
     s.load_defaults()
+    s.add_tree("fp8", _fp8())
+    s.ops["dequantize"].param.update(tree="fp8", dtype="float32")
     s.ops["weighted_sum"].param.update(trees=["t1", "t2", "t3"], weights=[1, 2, 3])
     s.ops["stack"].trees = ["mlp_0", "mlp_1"]
     s.ops["merge"].param.update(method="linear", trees=["mlp_0", "mlp_1"], weights=[1.0, 3.0])
@@ -169,6 +179,7 @@ def test_a_run_plans_once_and_its_repeats_execute_that_plan(monkeypatch, op):
     s.param.trigger("run")  # one execution, then the 5 timed repeats (at once: not served)
     assert s.error == ""
     assert plans == [op] and len(s.result.times) == 5
+    assert not any(x.is_deleted() for x in _leaves(s.result.result) if hasattr(x, "is_deleted"))
     job = s.job()
     assert isinstance(job, Job) and job.op == op and job.trees == tuple(s.settings.uses())
     assert job.settings is not s.settings  # the run keeps its own copy of the settings

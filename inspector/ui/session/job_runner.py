@@ -79,17 +79,18 @@ def _flat(args) -> list:
     return [a for arg in args for a in (arg if isinstance(arg, list | tuple) else [arg])]
 
 
-def _refill(shown, new) -> bool:
-    """Puts the buffers of `new` (an execution's packed result, or a list of them) into
-    `shown` (the result the page shows, whose buffers that execution took): `shown` stays
-    readable, with the same values. False when the results are not packed."""
-    pairs = list(zip(shown, new, strict=True)) if isinstance(shown, list | tuple) and \
-        isinstance(new, list | tuple) and len(shown) == len(new) else [(shown, new)]
-    if not all(isinstance(a, PackedTree) and isinstance(b, PackedTree) for a, b in pairs):
-        return False
-    for a, b in pairs:
+def _packed_parts(result) -> list | None:
+    """A packed result's parts (itself, or each tree of a list of packed trees: an unstack's),
+    None for any other result."""
+    parts = list(result) if isinstance(result, list | tuple) else [result]
+    return parts if parts and all(isinstance(p, PackedTree) for p in parts) else None
+
+
+def _refill(shown, new) -> None:
+    """Puts the buffers of `new` (an execution's packed result) into `shown` (the result the
+    page shows, whose buffers that execution took): `shown` stays readable, same values."""
+    for a, b in zip(_packed_parts(shown), _packed_parts(new), strict=True):
         a.buffers.update(b.buffers)
-    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,20 +211,25 @@ class JobRunner:
         planned = self._planned[1] if self._planned and self._planned[0] is first else None
         if planned is None:  # streamed, kept, or overtaken
             return first
-        times, result, refilled = [], first.result, True
+        packed = _packed_parts(first.result) is not None
+        if not packed:  # a plain result cannot take new buffers: the repeats use fresh ones
+            planned.detach()
+        times = []
         for _ in range(repeats):
             if not self.current(generation):
                 raise Cancelled
             result, seconds = planned.execute()
             times.append(seconds)
-            # the shown result's buffers now hold this run's (equal) output
-            refilled = _refill(first.result, result)
+            if packed:  # the shown result's buffers now hold this run's (equal) output
+                _refill(first.result, result)
             if self._closed:
                 _free(result)
                 _free(first.result)
                 raise Cancelled
-        done = dataclasses.replace(first, times=tuple(times))
-        return done if refilled else dataclasses.replace(done, result=result)
+        with self._lock:
+            if self._planned is not None and self._planned[1] is planned:
+                self._planned = None  # timed: its inputs and spare outputs go
+        return dataclasses.replace(first, times=tuple(times))
 
     def _streamed(self, job, trees: list, device, progress=None) -> StreamedRun:
         if not job.settings.streams:
