@@ -80,7 +80,7 @@ def negate():
 
 def test_the_four_ops_are_registered_in_tab_order():
     assert list(settings_classes()) == ["weighted_sum", "index", "stack", "unstack", "dequantize",
-                                       "merge"]
+                                       "merge", "convert"]
     assert set(form_registry.forms()) >= set(settings_classes())
 
 

@@ -155,7 +155,10 @@ class JobRunner:
             raise Cancelled
         self.last_read = (0, 0.0)
         trees = {n: loaded[n].tree for n in job.trees}
-        holdable = {n: t for n, t in trees.items() if _holdable(t)}
+        shape_only = set(job.settings.structure_only)
+        skip = {n for i, n in enumerate(job.trees) if i in shape_only} - {
+            n for i, n in enumerate(job.trees) if i not in shape_only}  # never read
+        holdable = {n: t for n, t in trees.items() if n not in skip and _holdable(t)}
         if holdable:
             extra = max(0, job.settings.output_bytes([trees[n] for n in job.trees]) - reused)
             start, before = time.perf_counter(), host_read.stats()["bytes"]

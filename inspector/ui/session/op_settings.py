@@ -48,6 +48,8 @@ class OpSettings(param.Parameterized):
             and the last run was this op on these trees), e.g. weights moved by a slider.
         streams: the library's op takes `out=`: a run too big for the memory budget is
             streamed into a file (`stream`) and its result opens lazily from there.
+        structure_only: positions in `uses()` of trees whose structure alone the op reads
+            (a conversion's target): the runner never reads their data.
     """
 
     op: ClassVar[str] = ""
@@ -56,6 +58,7 @@ class OpSettings(param.Parameterized):
     follows_selection: ClassVar[bool] = False
     live: ClassVar[tuple[str, ...]] = ()
     streams: ClassVar[bool] = False
+    structure_only: ClassVar[tuple[int, ...]] = ()
 
     def job(self, trees: dict) -> Job:
         """The job these settings describe, over the session's loaded trees (by name): the op,
