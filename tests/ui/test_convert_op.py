@@ -39,7 +39,7 @@ def _session(tracker: Tracker) -> InspectorState:
             "flax": jax.tree.map(lambda v: tracker.lazy(v, "flax"), FLAX)}
     for name, tree in lazy.items():
         s.add(prepare(name, tree, "file"))
-    s.ops["convert"].param.update(source="torch", target="flax")
+    s.ops["convert"].param.update(tree="torch", target="flax")
     s.op = "convert"
     return s
 
@@ -81,7 +81,7 @@ def test_an_incomplete_alignment_says_what_to_do():
     s = InspectorState()
     s.add_tree("a", {"x": np.ones(2, np.float32)})
     s.add_tree("b", {"y": np.ones(3, np.float32), "z": np.ones(4, np.float32)})
-    s.ops["convert"].param.update(source="a", target="b")
+    s.ops["convert"].param.update(tree="a", target="b")
     s.op = "convert"
     assert s.form_error.startswith("Cannot convert a onto b: ")
     assert s.form_error.endswith("Pair them in the Align view, or allow missing leaves.")

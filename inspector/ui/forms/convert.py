@@ -17,15 +17,16 @@ class ConvertForm(pn.viewable.Viewer):
         super().__init__(**params)
         self._settings, self._state = settings, state
         self.source = pmui.Select(label="Tree to convert", options=list(state.trees),
-                                  value=settings.source or None, sizing_mode="stretch_width")
+                                  value=settings.tree or None, sizing_mode="stretch_width")
         self.target = pmui.Select(label="Onto the structure of", options=list(state.trees),
-                                  value=settings.target or None, sizing_mode="stretch_width")
+                                  value=None, sizing_mode="stretch_width")
         self.allow_missing = pmui.Checkbox.from_param(
             settings.param.allow_missing, label="Leave out target leaves with no source")
-        self.source.param.watch(lambda e: self._set("source", e.new), "value")
+        self.source.param.watch(lambda e: self._set("tree", e.new), "value")
         self.target.param.watch(lambda e: self._set("target", e.new), "value")
         state.param.watch(self._update, "trees")
-        settings.param.watch(self._update, ["source", "target"])
+        settings.param.watch(self._update, ["tree", "target"])
+        self._update()
 
     def __panel__(self):
         return pmui.Column(self.source, self.target, self.allow_missing, pmui.Typography(
@@ -38,6 +39,8 @@ class ConvertForm(pn.viewable.Viewer):
             setattr(self._settings, name, value)
 
     def _update(self, *_):
-        names = list(self._state.trees)
-        self.source.param.update(options=names, value=self._settings.source or None)
-        self.target.param.update(options=names, value=self._settings.target or None)
+        names, settings = list(self._state.trees), self._settings
+        if not settings.target:  # a target is needed: the first other tree, as shown
+            settings.target = next((n for n in names if n != settings.tree), "")
+        self.source.param.update(options=names, value=settings.tree or None)
+        self.target.param.update(options=names, value=settings.target or None)
