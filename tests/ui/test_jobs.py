@@ -199,3 +199,20 @@ def _leaves(tree) -> list:
     if isinstance(tree, inspector.PackedTree):
         tree = tree.unpack()
     return jax.tree.leaves(tree)
+
+
+def test_repeats_after_the_result_was_kept_never_write_into_the_kept_tree():
+    s = InspectorState(repeats=1)  # the run alone: its repeats are made by hand below
+    s.load_defaults()
+    s.ops["weighted_sum"].param.update(trees=["t1", "t2", "t3"], weights=[1, 2, 3])
+    s.param.trigger("run")
+    first = s.result
+    s.param.trigger("keep_result")
+    kept = s.trees[s.selected].tree
+    before = dict(kept.buffers)  # the kept tree's arrays, as a reader may hold them
+    timed = s.runs.repeat(first, 3, s.runs._generation)
+    assert len(timed.times) == 3
+    assert kept.buffers == before and not any(b.is_deleted() for b in before.values())
+    assert [np.asarray(x).tolist() for x in _leaves(kept)] == \
+        [np.asarray(x).tolist() for x in _leaves(inspector.weighted_sum(
+            [s.trees[n].tree for n in ("t1", "t2", "t3")], [1, 2, 3]))]

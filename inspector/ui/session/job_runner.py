@@ -117,6 +117,7 @@ class JobRunner:
         self.last_read = (0, 0.0)  # (bytes, seconds) the last hold read from files
         self._last = None  # the last result (packed), whose buffers the next run may reuse
         self._planned = None  # (first RunResult, PlannedRun): the plan its repeats execute
+        self._pinned = None  # the result last kept as a tree: no run writes into it again
 
     def new_generation(self) -> int:
         """Marks a new run: timed repeats of older runs stop at their next repeat."""
@@ -132,8 +133,7 @@ class JobRunner:
         """Keeps `result`'s buffers from being reused by later runs (it was kept as a tree)."""
         if self._last is result:
             self._last = None
-        if self._planned is not None and self._planned[0].result is result:
-            self._planned = None  # its repeats would write into the kept tree
+        self._pinned = result  # its timed repeats, if any, go on into fresh buffers
 
     def _reusable(self, inputs) -> list:
         """The last result's buffers that a new output may take (none that is an input)."""
@@ -214,16 +214,19 @@ class JobRunner:
         planned = self._planned[1] if self._planned and self._planned[0] is first else None
         if planned is None:  # streamed, kept, or overtaken
             return first
-        packed = _packed_parts(first.result) is not None
-        if not packed:  # a plain result cannot take new buffers: the repeats use fresh ones
-            planned.detach()
+        refill, detached = _packed_parts(first.result) is not None, False
         times = []
         for _ in range(repeats):
             if not self.current(generation):
                 raise Cancelled
+            if not detached and (not refill or self._pinned is first.result):
+                # a plain result cannot take new buffers, a kept one must not: the repeats
+                # write into fresh ones
+                planned.detach()
+                refill, detached = False, True
             result, seconds = planned.execute()
             times.append(seconds)
-            if packed:  # the shown result's buffers now hold this run's (equal) output
+            if refill:  # the shown result's buffers now hold this run's (equal) output
                 _refill(first.result, result)
             if self._closed:
                 _free(result)
