@@ -119,3 +119,26 @@ def test_a_tree_opened_from_a_url_is_loaded_from_it(tmp_path):
         got = _exec(code)
     np.testing.assert_allclose(_flat(got), _flat({k: A[k].astype(np.float64) + 3 * B[k]
                                                   for k in A}), rtol=1e-6)
+
+
+def test_each_origin_reads_in_the_sidebar_as_before():
+    from inspector.ui.session.origins import (
+        CommandLine,
+        Converted,
+        Example,
+        Origin,
+        Upload,
+        origin_of,
+    )
+    from inspector.ui.session.records import CallRecord
+
+    call = CallRecord("stack", "stack(a, b)", ["a", "b"])
+    assert [o.text for o in (
+        File("sub/m.npz", root=True), Url("https://host/m.safetensors"), Upload("m.npz"),
+        Example("S1: weighted sum", "t1"), Sharded("t1", {"data": 2, "model": 1}, "data"),
+        Result(call), Result(call, 1), Converted("a", "b", "{}"), CommandLine("x.npz"),
+        origin_of("added"))] == [
+        "file sub/m.npz", "url https://host/m.safetensors", "upload m.npz", "example S1",
+        "t1 sharded over data=2, model=1", "result of stack(a, b)", "result of stack(a, b)[1]",
+        "a converted onto b", "command line", "added"]
+    assert origin_of("command line") == CommandLine() and origin_of(Origin()) == Origin()

@@ -33,6 +33,9 @@ class LoadedTree:
     nbytes: int
     info: object = None
 
+    def __post_init__(self):
+        object.__setattr__(self, "origin", origin_of(self.origin))  # a text: a plain Origin
+
     @property
     def source(self) -> str:
         """Where it came from, in words (the sidebar's text)."""
@@ -70,8 +73,7 @@ def prepare(name: str, tree, source: Origin | str, info=None) -> LoadedTree:
                 pass  # strings or objects among the leaves: keep the tree as it is
         index_for(tree, rows)
     root = rows[0]
-    return LoadedTree(name, tree, origin_of(source), root.n_leaves, root.n_params, root.nbytes,
-                      info)
+    return LoadedTree(name, tree, source, root.n_leaves, root.n_params, root.nbytes, info)
 
 
 def is_sharded(leaf) -> bool:
