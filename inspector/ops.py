@@ -64,14 +64,15 @@ register(weighted_sum, _ws.WEIGHTED_SUM)
 
 
 def merge(method: str, trees, *, base=None, weights=None, device=None,
-          out: str | os.PathLike | None = None, **params):
+          out: str | os.PathLike | None = None, progress=None, **params):
     """Returns `trees` merged by `method`; with `out=`, streamed into that file.
 
     Without `out`, this is `inspector.core.merge.merge` (the methods, their parameters and
     defaults are documented there). With `out="merged.safetensors"` (or `.npz`), each output
     leaf is computed from its input leaves (read once) and written before the next is read:
     checkpoints larger than memory merge with one leaf of each input in memory at a time. Every
-    check runs before anything is read or written.
+    check runs before anything is read or written. `progress` (with `out`) is called after
+    each leaf with a `StreamProgress`.
 
     Returns:
         The merged tree; with `out`, `inspector.load(out)` (lazy leaves over the file).
@@ -87,7 +88,7 @@ def merge(method: str, trees, *, base=None, weights=None, device=None,
     plan = _merge.plan_merge(method, [unpacked(t) for t in trees],
                              base=None if base is None else unpacked(base), weights=weights,
                              device=device, **params)
-    return write_streamed(lazy_result(plan), out)
+    return write_streamed(lazy_result(plan, progress), out)
 
 
 register(merge, _merge.MERGE)

@@ -27,13 +27,18 @@ from inspector.core.stream_inputs import StreamInputs, overlaps
 @dataclass(frozen=True)
 class StreamProgress:
     """How far a streamed result has got: `done` of `total` leaves computed, `nbytes` of
-    `total_bytes` output bytes, after `seconds`."""
+    `total_bytes` output bytes, after `seconds`; of which `read_seconds` waiting for input
+    leaves to be read (reads ahead overlap computing: only the wait counts) and
+    `compute_seconds` in the kernels (with the copies to and from the device). The rest of a
+    stream's time is its writer's."""
 
     done: int
     total: int
     nbytes: int
     total_bytes: int
     seconds: float
+    read_seconds: float = 0.0
+    compute_seconds: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -90,11 +95,12 @@ class _Marker:
 
 
 class _Counter:
-    """Counts computed leaves for a progress callback."""
+    """Counts computed leaves, and the time spent reading and computing, for `progress`."""
 
     def __init__(self, sizes: list[int], progress):
         self.sizes, self.progress = sizes, progress
         self.done = self.nbytes = 0
+        self.read = self.compute = 0.0
         self.start = None
         self.lock = threading.Lock()
 
@@ -103,14 +109,16 @@ class _Counter:
             if self.start is None:
                 self.start = time.perf_counter()
 
-    def finished(self, i: int) -> None:
+    def finished(self, i: int, read: float, compute: float) -> None:
         if self.progress is None:
             return
         with self.lock:
             self.done += 1
             self.nbytes += self.sizes[i]
+            self.read += read
+            self.compute += compute
             report = StreamProgress(self.done, len(self.sizes), self.nbytes, sum(self.sizes),
-                                    time.perf_counter() - self.start)
+                                    time.perf_counter() - self.start, self.read, self.compute)
         self.progress(report)
 
 
@@ -118,21 +126,34 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs):
     def read() -> np.ndarray:
         counter.started()
         compiled = plan.compiled[i]
+        start = time.perf_counter()
         values, buffers = inputs.take(i)  # file leaves read ahead into reused buffers
+        read = time.perf_counter() - start
         try:
             # Arguments move to the device here, one call's worth at a time (not in `place`);
-            # on the CPU the read buffers are used as they are.
-            args = [a if isinstance(a, jax.Array) else
-                    jax.device_put(a, plan.device, may_alias=True)
-                    if isinstance(a, np.ndarray) and overlaps(a, buffers)
-                    else jax.device_put(np.asarray(a), plan.device) for a in values]
+            # on the CPU the read buffers are used as they are. Other lazy leaves (remote
+            # ones) are read here, one at a time, in the read time too.
+            args = []
+            for a in values:
+                if isinstance(a, LazyArray):
+                    begin = time.perf_counter()
+                    host = np.asarray(a)
+                    read += time.perf_counter() - begin
+                    args.append(jax.device_put(host, plan.device))
+                    del host
+                elif isinstance(a, jax.Array):
+                    args.append(a)
+                elif isinstance(a, np.ndarray) and overlaps(a, buffers):
+                    args.append(jax.device_put(a, plan.device, may_alias=True))
+                else:
+                    args.append(jax.device_put(np.asarray(a), plan.device))
             out = np.asarray(compiled(*args))
             del args
             if buffers and overlaps(out, buffers):
                 out = out.copy()  # the buffers are reused for the next leaves
         finally:
             inputs.give_back(buffers)
-        counter.finished(i)
+        counter.finished(i, read, time.perf_counter() - start - read)
         return out
 
     return read

@@ -16,10 +16,12 @@ from inspector.core.errors import InspectorError
 from inspector.core.host_read import read_leaves
 from inspector.core.lazy import LazyArray
 from inspector.core.op import Op, block, op_of, run_once
+from inspector.core.out_buffers import output_buffer
 from inspector.core.plan import Call, Plan
 from inspector.core.transfer import MANY
 
-__all__ = ["RunResult", "as_op", "block", "devices", "resolve_device", "run", "run_once"]
+__all__ = ["PlannedRun", "RunResult", "as_op", "block", "devices", "resolve_device", "run",
+           "run_once"]
 
 
 @dataclass(frozen=True)
@@ -111,57 +113,110 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     or any JAX-traceable function of pytrees. Kernels are cached per (op, structure, shapes, dtypes,
     static index pattern, device): a new weight or index start reuses them. Compilation is
     timed apart; then `warmup` untimed executions, then `repeats` timed ones, each ended by
-    `block_until_ready`.
+    `block_until_ready`. The op is planned (its inputs validated) once: every execution runs
+    that plan (`PlannedRun`).
 
     Raises:
         InspectorError: bad inputs (see each op), or `repeats < 1`.
     """
     if repeats < 1:
         raise InspectorError(f"repeats must be at least 1, got {repeats}.")
-    device = resolve_device(device)
-    n_start, seconds_start = thread_compiles()
-    plan = as_op(op).plan(*args, device=device, **kwargs)
-    n_before, seconds_before = thread_compiles()
-    kernel_seconds, _ = plan.compile()
-    n_after, seconds_after = thread_compiles()
-    read_start = time.perf_counter()
-    # read lazy leaves once here, not inside every timed repeat: file leaves in parallel
-    # straight into aligned host buffers (a CPU device then uses them without a copy),
-    # remote ones several at once
-    read_bytes = _read_lazy_args(plan)
-    place_seconds = plan.place()
-    read_seconds = time.perf_counter() - read_start
+    planned = PlannedRun(op, *args, device=device, **kwargs)
     result = None
     for _ in range(warmup):
-        result = block(plan.execute())
-    n_end, seconds_end = thread_compiles()
-    # Compiles outside `plan.compile` (while planning, placing, warming up) add XLA's own time.
-    other_seconds = (seconds_end - seconds_start) - (seconds_after - seconds_before)
-    n_compiled = n_end - n_start
-    compile_seconds = kernel_seconds + (other_seconds if n_compiled else 0.0)
+        result, _ = planned.execute()
+    planned.settle()
     times = []
     for _ in range(repeats):
+        result, seconds = planned.execute()
+        times.append(seconds)
+    return planned.result(result, times)
+
+
+class PlannedRun:
+    """An op planned (inputs validated), compiled, read and placed ONCE; `execute()` runs that
+    plan again as often as asked, each execution ended by `block_until_ready` and timed.
+
+    `run` is a `PlannedRun` executed `warmup + repeats` times; the app's session keeps one per
+    run so that its timed repeats execute the plan its first execution made (no planning or
+    validating per repeat). Outputs written into donated buffers are carried from one
+    execution to the next (`Call.carry`): each execution's result takes the last one's memory.
+
+    >>> import numpy as np
+    >>> from inspector.core.weighted_sum import weighted_sum
+    >>> planned = PlannedRun(weighted_sum, [{"w": np.ones(2)}] * 2, [1.0, 2.0])
+    >>> result, seconds = planned.execute()
+    >>> result["w"].tolist(), planned.result(result, [seconds]).op
+    ([3.0, 3.0], 'weighted_sum')
+    """
+
+    def __init__(self, op: Callable | Op, *args, device=None, **kwargs):
+        self.device = resolve_device(device)
+        self._start = thread_compiles()
+        self.plan = as_op(op).plan(*args, device=self.device, **kwargs)
+        before = thread_compiles()
+        self._kernel_seconds, _ = self.plan.compile()
+        self._compiled = (before, thread_compiles())
+        read_start = time.perf_counter()
+        # read lazy leaves once here, not inside every timed repeat: file leaves in parallel
+        # straight into aligned host buffers (a CPU device then uses them without a copy),
+        # remote ones several at once
+        self.read_bytes = _read_lazy_args(self.plan)
+        self.place_seconds = self.plan.place()
+        self.read_seconds = time.perf_counter() - read_start
+        self._settled = None
+
+    def execute(self) -> tuple[object, float]:
+        """Runs the plan once: `(result, seconds)`, the result computed (blocked on)."""
         start = time.perf_counter()
-        result = block(plan.execute())
-        times.append(time.perf_counter() - start)
-    mesh = plan.mesh
-    return RunResult(
-        op=plan.op,
-        result=result,
-        device=device_name(device) if mesh is None else
-        f"{mesh.devices.size} device{'s' if mesh.devices.size > 1 else ''}",
-        mesh=None if mesh is None else ", ".join(f"{n}={s}" for n, s in mesh.shape.items()),
-        compile_seconds=compile_seconds,
-        n_compiled=n_compiled,
-        n_kernels=plan.dispatches,
-        place_seconds=place_seconds,
-        times=tuple(times),
-        bytes_read=plan.bytes_read,
-        bytes_written=plan.bytes_written,
-        cost=plan.cost(),
-        read_seconds=read_seconds,
-        read_bytes=read_bytes,
-    )
+        result = block(self.plan.execute())
+        return result, time.perf_counter() - start
+
+    def detach(self) -> None:
+        """The next execution writes into fresh output buffers, not into the last result's
+        (which stays readable: an execution otherwise takes the last one's donated buffers).
+        Costs one output's worth of memory, as planning afresh would."""
+        for call in self.plan.calls:
+            if call.chain:  # its first argument is the previous call's output, at each run
+                continue
+            for i in call.donate:
+                old = call.args[i]
+                if isinstance(old, jax.Array):
+                    call.args[i] = output_buffer(old.shape, old.dtype, old.sharding
+                                                 if call.shardings else self.plan.device)
+
+    def settle(self) -> None:
+        """Marks the end of the untimed part: compilations until now count as this run's."""
+        if self._settled is None:
+            self._settled = thread_compiles()
+
+    def result(self, result, times) -> RunResult:
+        """The `RunResult` of `result`, given by executions that took `times` seconds."""
+        self.settle()
+        (n_start, seconds_start), (_, seconds_before), (_, seconds_after) = \
+            self._start, *self._compiled
+        n_end, seconds_end = self._settled
+        # Compiles outside `plan.compile` (planning, placing, warming up) add XLA's own time.
+        other_seconds = (seconds_end - seconds_start) - (seconds_after - seconds_before)
+        n_compiled = n_end - n_start
+        plan, mesh = self.plan, self.plan.mesh
+        return RunResult(
+            op=plan.op,
+            result=result,
+            device=device_name(self.device) if mesh is None else
+            f"{mesh.devices.size} device{'s' if mesh.devices.size > 1 else ''}",
+            mesh=None if mesh is None else ", ".join(f"{n}={s}" for n, s in mesh.shape.items()),
+            compile_seconds=self._kernel_seconds + (other_seconds if n_compiled else 0.0),
+            n_compiled=n_compiled,
+            n_kernels=plan.dispatches,
+            place_seconds=self.place_seconds,
+            times=tuple(times),
+            bytes_read=plan.bytes_read,
+            bytes_written=plan.bytes_written,
+            cost=plan.cost(),
+            read_seconds=self.read_seconds,
+            read_bytes=self.read_bytes,
+        )
 
 
 def _read_lazy_args(plan: Plan) -> int:

@@ -313,8 +313,9 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
         remote_prefixes: which URLs the page may open (see `create_app`).
     """
     from inspector.ui.session.loaded import prepare
+    from inspector.ui.session.origins import CommandLine
 
-    prepared = [prepare(name, tree, "command line") for name, tree in (trees or {}).items()]
+    prepared = [prepare(name, tree, CommandLine(name)) for name, tree in (trees or {}).items()]
     from inspector.ui.session.launcher_warm import keep_warm
 
     keep_warm(prepared)  # read once by a session, they stay held while the server runs

@@ -8,12 +8,15 @@ import panel as pn
 import panel_material_ui as pmui
 
 from inspector.ui.session.formatting import MONO, human_bytes, ms, plural
+from inspector.ui.session.job_runner import StreamedRun
 
 
 def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str, str]]:
     """The card's rows for a `RunResult`: `(label, value)` pairs, in order."""
     if rr is None:
         return []
+    if isinstance(rr, StreamedRun):
+        return streamed_lines(rr)
     if rr.n_compiled == 0:
         compiled = "cached, no compile"
     else:
@@ -40,6 +43,28 @@ def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str,
         lines.append(("eager jax.tree.map", f"{ms(eager_seconds)} ({ratio:.3g}× the compiled "
                                             f"run){same}"))
     return lines
+
+
+def streamed_lines(rr: StreamedRun) -> list[tuple[str, str]]:
+    """The card's rows for a run streamed into a file: one pass, its read, compute and write
+    time apart (reads ahead overlap computing: `read` is the time spent waiting for them)."""
+    compiled = "cached, no compile" if rr.n_compiled == 0 else \
+        f"{ms(rr.compile_seconds)} ({plural(rr.n_compiled, 'XLA compilation')})"
+    return [
+        ("streamed", "into a file, leaf by leaf (larger than the memory budget); one pass, "
+                     "not repeated"),
+        ("total", ms(rr.median_seconds)),
+        ("read", f"{ms(rr.read_seconds)} waiting for input leaves "
+                 f"({human_bytes(rr.read_bytes)} read)"),
+        ("compute", f"{ms(rr.compute_seconds)} in the kernels (with copies to and from the "
+                    "device)"),
+        ("write", f"{ms(rr.write_seconds)} writing the file "
+                  f"({human_bytes(rr.bytes_written)})"),
+        ("compile", compiled),
+        ("end to end", f"{rr.gbps:.3g} GB/s "
+                       f"({human_bytes(rr.bytes_read + rr.bytes_written)} read and written)"),
+        ("device", rr.device),
+    ]
 
 
 class TimingCard(pn.viewable.Viewer):

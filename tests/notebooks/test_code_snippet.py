@@ -12,6 +12,7 @@ import inspector
 from inspector import examples
 from inspector.ui.code_snippet import CodeSnippetView
 from inspector.ui.notebook import Inspector
+from inspector.ui.session.origins import CommandLine, File, Upload
 from inspector.ui.session.records import CallRecord
 from inspector.ui.session.snippet import literal, snippet, state_snippet, variable
 from inspector.ui.session.state import InspectorState
@@ -43,7 +44,7 @@ def test_each_op_reads_as_its_public_call():
 
 def test_trees_from_files_are_loaded_by_name():
     call = CallRecord("stack", "", ["a.npz", "b.npz", "c"])
-    sources = {"a.npz": "upload a.npz", "b.npz": "command line", "c": "file c.safetensors"}
+    sources = {"a.npz": Upload("a.npz"), "b.npz": CommandLine(), "c": File("c.safetensors")}
     assert snippet(call, sources).splitlines()[2:] == [
         'a_npz = inspector.load("a.npz")  # uploaded',
         'b_npz = inspector.load("b.npz")',

@@ -15,9 +15,8 @@ from inspector.core.plan import Call, Plan
 from inspector.ui import forms as form_registry
 from inspector.ui.operation_panel import OperationPanel
 from inspector.ui.session import op_settings
-from inspector.ui.session.loaded import pick
 from inspector.ui.session.op_settings import OpSettings, Preview, settings_classes
-from inspector.ui.session.records import CallRecord, Job, RunRecord
+from inspector.ui.session.records import CallRecord, RunRecord
 from inspector.ui.session.snippet import state_snippet
 from inspector.ui.session.state import InspectorState
 from tests.helpers import assert_tree_allclose
@@ -44,10 +43,11 @@ class NegateSettings(OpSettings):
 
     tree = param.String(default="", doc="The tree to negate.")
 
-    def job(self, trees):
-        (loaded,) = pick(trees, [self.tree])
-        call = CallRecord("negate", f"negate({self.tree})", [self.tree])
-        return Job(NEGATE, (loaded.tree,), call, self.tree)
+    def describe(self, loaded):
+        return CallRecord("negate", f"negate({self.tree})", [self.tree]), self.tree
+
+    def arguments(self, trees, options):
+        return NEGATE, (trees[0],), {}
 
     def preview(self, trees):
         return Preview(f"-{self.tree}", "" if self.tree in trees else "Pick a tree.")
@@ -80,7 +80,7 @@ def negate():
 
 def test_the_four_ops_are_registered_in_tab_order():
     assert list(settings_classes()) == ["weighted_sum", "index", "stack", "unstack", "dequantize",
-                                       "merge"]
+                                       "merge", "convert"]
     assert set(form_registry.forms()) >= set(settings_classes())
 
 

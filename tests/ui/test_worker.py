@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspector
-from inspector.ui.session.held_runs import Cancelled
+from inspector.ui.session.job_runner import Cancelled
 from inspector.ui.session.state import InspectorState
 from inspector.ui.session.worker import Task
 

@@ -14,6 +14,7 @@ import param
 import inspector
 from inspector.core.errors import bullet_list
 from inspector.ui.session.loaded import prepare
+from inspector.ui.session.origins import Converted
 from inspector.ui.session.worker import Task
 
 UNMATCHED, AMBIGUOUS, PAIRED = "unmatched", "ambiguous", "paired"
@@ -190,7 +191,7 @@ class AlignState(param.Parameterized):
 
         def work():
             tree = inspector.convert(src.tree, alignment, device=device, target=dst.tree)
-            return prepare(name, tree, f"{src.name} converted onto {dst.name}")
+            return prepare(name, tree, Converted(src.name, dst.name, alignment.to_json()))
 
         def done(loaded):
             added = state.add(loaded)

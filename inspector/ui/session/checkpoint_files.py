@@ -24,6 +24,7 @@ from pathlib import Path
 import inspector
 from inspector.ui.session.formatting import human_bytes
 from inspector.ui.session.loaded import LoadedTree, SetupError, prepare
+from inspector.ui.session.origins import File, Upload, Url
 
 MAX_UPLOAD_BYTES = 100 * 2**20
 """Largest file the upload accepts (bigger checkpoints: put them under the root, use the picker)."""
@@ -121,7 +122,8 @@ def open_checkpoints(root: str, paths) -> list[LoadedTree]:
             info = shown_info(inspector.file_info(path, root=root or None), root)
         except inspector.InspectorError as exc:
             raise type(exc)(relative_to_root(str(exc), root)) from None
-        out.append(prepare(path.name, tree, f"file {path.name}", info))
+        shown = path.relative_to(Path(root).resolve()).as_posix() if root else str(path)
+        out.append(prepare(path.name, tree, File(shown, root=bool(root)), info))
     return out
 
 
@@ -174,7 +176,7 @@ def open_remote(url: str, prefixes: list[str] | None, progress=None) -> LoadedTr
                          f"{', '.join(prefixes)}.")
     tree = inspector.load(url, progress=progress)
     name = redact(url).split("?")[0].rstrip("/").rsplit("/", 1)[-1] or redact(url)
-    return prepare(name, tree, f"url {redact(url)}")
+    return prepare(name, tree, Url(redact(url)))
 
 
 def open_upload(filename: str, data: bytes | os.PathLike) -> LoadedTree:
@@ -223,7 +225,7 @@ def open_upload(filename: str, data: bytes | os.PathLike) -> LoadedTree:
             received.unlink(missing_ok=True)
             if received.parent.name.startswith(UPLOAD_PREFIX):  # UploadInput's own folder
                 shutil.rmtree(received.parent, ignore_errors=True)
-    return prepare(name, tree, f"upload {name}", info)
+    return prepare(name, tree, Upload(name), info)
 
 
 def export_name(tree_name: str, fmt: str) -> str:

@@ -11,6 +11,7 @@ import threading
 from inspector import examples
 from inspector.core import caches
 from inspector.ui.session.loaded import LoadedTree, prepare
+from inspector.ui.session.origins import Example
 
 # What loading an example sets up, so that its scenario is one click from running: the op to
 # show, each op's settings (`OpSettings.apply`) and the two trees to compare.
@@ -38,7 +39,7 @@ def example_trees(name: str) -> list[LoadedTree]:
     with _EXAMPLE_LOCK:
         cached = _EXAMPLE_CACHE.get(name)
         if cached is None:
-            cached = [prepare(tree_name, tree, f"example {name.split(':')[0]}")
+            cached = [prepare(tree_name, tree, Example(name, tree_name))
                       for tree_name, tree in examples.load(name).items()]
             for loaded in cached:  # shared by every session: nobody may write into them
                 if loaded.packed:

@@ -145,10 +145,11 @@ class HealthState(param.Parameterized):
         if name in state.trees:
             return name
         from inspector.ui.session.loaded import prepare
+        from inspector.ui.session.origins import File
 
         label = f"step {self.timeline.labels[step]}"
         if label not in state.trees:
-            state.add(prepare(label, inspector.load(name), name))
+            state.add(prepare(label, inspector.load(name), File(name)))
         return label
 
 

@@ -97,7 +97,7 @@ def led_run(state, job, work: Callable) -> Callable:
     Raises:
         InspectorError: the job mixes trees spread over the hosts with trees only here.
     """
-    if state.hosts is None or not spans_hosts(list(job.args)):
+    if state.hosts is None or not spans_hosts([state.trees[n].tree for n in job.trees]):
         return work
     settings = state.settings
     _refuse(state, settings.uses())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import inspector
+from inspector.ui.session.origins import Origin, origin_of
 from inspector.ui.session.tree_index import TreeIndex, index_for
 
 
@@ -16,7 +17,9 @@ class LoadedTree:
         name: the name shown in the app (unique within a session).
         tree: the pytree, or a `PackedTree` when every leaf is an array (`inspector.pack`),
             so a weighted sum of such trees is one kernel per dtype.
-        source: where it came from (`example: S1: weighted sum`, `result of stack(...)`).
+        origin: where it came from, as a record (`origins.File`, `Url`, `Upload`,
+            `Example`, `Sharded`, `Result`, ...): copy-as-code reads it; `source` is its text
+            (`example S1`, `result of stack(...)`).
         n_leaves, n_params, nbytes: totals over the tree.
         info: what its file says beside the tensors (`inspector.file_info`: GGUF metadata,
             a sharded index's problems), for a tree opened from a file; else None.
@@ -24,11 +27,19 @@ class LoadedTree:
 
     name: str
     tree: object
-    source: str
+    origin: Origin
     n_leaves: int
     n_params: int
     nbytes: int
     info: object = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "origin", origin_of(self.origin))  # a text: a plain Origin
+
+    @property
+    def source(self) -> str:
+        """Where it came from, in words (the sidebar's text)."""
+        return self.origin.text
 
     @property
     def index(self) -> TreeIndex:
@@ -39,8 +50,9 @@ class LoadedTree:
         return isinstance(self.tree, inspector.PackedTree)
 
 
-def prepare(name: str, tree, source: str, info=None) -> LoadedTree:
-    """Describes, packs and indexes `tree`: the slow part of a load.
+def prepare(name: str, tree, source: Origin | str, info=None) -> LoadedTree:
+    """Describes, packs and indexes `tree`: the slow part of a load. `source`: where it came
+    from (an `Origin`; a text is a plain `Origin` of that text).
 
     In-memory trees whose leaves are all arrays are packed (a weighted sum of packed trees is
     one kernel per dtype). Checkpoints opened from disk keep their lazy leaves: their

@@ -19,6 +19,7 @@ from inspector.ui.session.formatting import plural
 from inspector.ui.session.host_commands import led_shard, shared_now
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.ops.index import index_fields
+from inspector.ui.session.origins import Sharded
 from inspector.ui.session.tree_index import ROOT_ID
 from inspector.ui.session.worker import Task
 
@@ -141,7 +142,7 @@ class MeshState(param.Parameterized):
         def work():
             mesh = inspector.mesh(axes)
             return prepare(name, inspector.shard(loaded.tree, mesh, specs),
-                           f"{loaded.name} sharded over {axes_text(axes)}")
+                           Sharded(loaded.name, axes, specs))
 
         def done(out):  # on an error, the trees loaded stay; the error says what did not fit
             new = session.add(out, select=True)

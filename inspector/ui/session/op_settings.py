@@ -1,21 +1,27 @@
-"""`OpSettings`: one class per operation holds its settings and turns them into a `Job`.
+"""`OpSettings`: one class per operation holds its settings and everything special about its op.
 
 Each op's settings class (a `param.Parameterized` in `inspector/ui/session/ops/`) knows its own
-params, the `job()` they describe, a `preview()` cheap enough for every keystroke, the
-copy-as-code expression of a run (`code`) and its eager reference. Registered by name with
-`@register`, it is found by the session state, the operation panel (tabs, one form each) and
-the snippet writer alike: adding an op is a core module, a settings class and a form.
+params and the trees they name (`uses`), the call they describe (`describe`: the call record
+and a summary; `job()` makes the `Job`), the library call that runs it (`arguments`), how big
+its output is (`output_bytes`), whether it streams into a file when it does not fit in memory
+(`streams`, `stream`), the trees a result keeps as (`results`), a `preview()` cheap enough for
+every keystroke, its copy-as-code expression (`code`) and its eager reference (`eager`).
+Registered by name with `@register`, it is found by the session state, the runner, the
+operation panel (tabs, one form each) and the snippet writer alike, none of which names an op:
+adding an op is a core module, a settings class and a form.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 import param
 
+from inspector.ui.session.loaded import LoadedTree, pick
 from inspector.ui.session.records import CallRecord, Job
 
 _REGISTRY: dict[str, type[OpSettings]] = {}
@@ -40,6 +46,10 @@ class OpSettings(param.Parameterized):
         follows_selection: its `tree` param is the session's selected input tree.
         live: params whose change re-runs the op at once (when the state's `auto_run` is on
             and the last run was this op on these trees), e.g. weights moved by a slider.
+        streams: the library's op takes `out=`: a run too big for the memory budget is
+            streamed into a file (`stream`) and its result opens lazily from there.
+        structure_only: positions in `uses()` of trees whose structure alone the op reads
+            (a conversion's target): the runner never reads their data.
     """
 
     op: ClassVar[str] = ""
@@ -47,14 +57,61 @@ class OpSettings(param.Parameterized):
     position: ClassVar[int] = 100
     follows_selection: ClassVar[bool] = False
     live: ClassVar[tuple[str, ...]] = ()
+    streams: ClassVar[bool] = False
+    structure_only: ClassVar[tuple[int, ...]] = ()
 
     def job(self, trees: dict) -> Job:
-        """The job these settings describe, over the session's loaded trees (by name).
+        """The job these settings describe, over the session's loaded trees (by name): the op,
+        the names it takes (`uses`), a copy of these settings, the call record and summary.
+
+        Raises:
+            InspectorError: the settings are incomplete, or an input cannot be parsed.
+        """
+        names = self.uses()
+        call, summary = self.describe(pick(trees, names))
+        return Job(self.op, tuple(names), self.copy(), call, summary)
+
+    def describe(self, loaded: list[LoadedTree]) -> tuple[CallRecord, str]:
+        """`(call, summary)` of a run on `loaded` (the `uses()` trees, in order): the call as
+        code (its options: every argument beyond the trees) and the history's one line.
 
         Raises:
             InspectorError: the settings are incomplete, or an input cannot be parsed.
         """
         raise NotImplementedError
+
+    def arguments(self, trees: list, options) -> tuple[Callable, tuple, dict]:
+        """`(fn, args, kwargs)`: the library call `fn(*args, **kwargs)` of a run on `trees`
+        (the `uses()` trees, in order, as loaded or as held) with the call's `options`."""
+        raise NotImplementedError
+
+    def eager(self, trees: list, options) -> Callable | None:
+        """`make(device) -> call`: the op as eager `jax.tree.map`s (the un-jitted reference
+        the app can time beside the run), or None when it has none."""
+        return None
+
+    def output_bytes(self, trees: list) -> int:
+        """The bytes of a run's output on `trees` (the working set budgets for it): by
+        default as large as the largest input."""
+        import inspector
+
+        return max((inspector.describe(t)[0].nbytes for t in trees), default=0)
+
+    def stream(self, trees: list, options, device, out: str, progress=None):
+        """Runs the op with its result streamed into the file `out` (for `streams` ops: the
+        library op's `out=` and `progress=`); returns the result, lazy over the file."""
+        fn, args, kwargs = self.arguments(trees, options)
+        return fn(*args, **kwargs, device=device, out=out, progress=progress)
+
+    def results(self, result) -> list[tuple[str, object]]:
+        """The trees a kept result adds, as `(suffix of the name, tree)`: one by default."""
+        return [("", result)]
+
+    def copy(self) -> OpSettings:
+        """A copy of these settings of its own (a `Job` keeps one)."""
+        values = {p: getattr(self, p) for p in self.param if p != "name"
+                  and not isinstance(self.param[p], param.Event)}
+        return type(self)(**values)
 
     def preview(self, trees: dict) -> Preview:
         """What the job will produce, or why it cannot run, from the trees' rows alone."""
@@ -66,7 +123,7 @@ class OpSettings(param.Parameterized):
         raise NotImplementedError
 
     def uses(self) -> list[str]:
-        """The names of the trees these settings take, in order."""
+        """The names of the trees these settings take, in the order the op takes them."""
         return [self.tree] if "tree" in self.param else []
 
     def forget(self, name: str) -> None:

@@ -41,29 +41,37 @@ class CallRecord:
 
 @dataclass(frozen=True)
 class Job:
-    """One run to make: `fn(*args)` through `inspector.run`, with its call record.
+    """One run to make: the op, the trees it takes and the op's settings.
 
     Attributes:
-        fn: the public op (`inspector.weighted_sum`).
-        args: its arguments (trees, weights, ...).
-        call: the call as code (op, label, tree names, options).
-        inputs: a one-line summary for the history (`t1, t2, t3 · weights 1, 2, 3`).
-        eager: `eager(device) -> call`: the same op as eager `jax.tree.map`s (the reference).
+        op: the op's name (`weighted_sum`), the key of its settings class.
+        trees: the names of the trees it takes, as the session holds them, in the order the
+            op takes them (`OpSettings.uses`).
+        settings: the op's settings (`OpSettings`) as they were when the job was made (a copy
+            of their own, so a run keeps its settings while the form changes): everything
+            special about the op (its arguments, output size, streaming, result trees, code).
+        call: the call as code (op, label, tree names, options: what the op takes beyond the
+            trees, read-only), fixed when the job was made.
+        summary: a one-line summary for the history (`t1, t2, t3 · weights 1, 2, 3`).
     """
 
-    fn: Callable
-    args: tuple
+    op: str
+    trees: tuple[str, ...]
+    settings: object = field(repr=False)
     call: CallRecord
-    inputs: str
-    eager: Callable | None = field(default=None, repr=False)
+    summary: str
 
-    @property
-    def op(self) -> str:
-        return self.call.op
+    def __post_init__(self):
+        object.__setattr__(self, "trees", tuple(self.trees))
 
     @property
     def label(self) -> str:
         return self.call.label
+
+    def arguments(self, trees: list) -> tuple[Callable, tuple, dict]:
+        """`(fn, args, kwargs)` to run with `inspector.run(fn, *args, **kwargs)`, given the
+        input trees (in `trees` order: the loaded ones, or the working set's copies)."""
+        return self.settings.arguments(trees, self.call.options)
 
 
 @dataclass(frozen=True)
@@ -100,7 +108,7 @@ class RunRecord:
            device: str, repeats: int) -> RunRecord:
         """The record of run `number`: `job` gave the `RunResult` `result`."""
         return cls(
-            run=number, op=result.op, inputs=job.inputs, device=result.device,
+            run=number, op=result.op, inputs=job.summary, device=result.device,
             compile_ms=result.compile_seconds * 1e3, compiled=result.n_compiled,
             kernels=result.n_kernels, median_ms=result.median_seconds * 1e3,
             min_ms=result.min_seconds * 1e3, max_ms=result.max_seconds * 1e3, gbps=result.gbps,

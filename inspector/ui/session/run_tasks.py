@@ -1,8 +1,9 @@
 """The tasks that run a session's current op, time its repeats and keep its result.
 
 Each returns a `worker.Task` for the session's worker (`InspectorState.worker`): the work runs
-on the working set (`HeldRuns`: trees read once, held packed, reused), the `done` part shows the
-result, adds a `RunRecord` to the history and, once shown, queues the timed repeats.
+on the working set (`JobRunner`: trees read once, held packed, reused; the op planned once),
+the `done` part shows the result, adds a `RunRecord` to the history and, once shown, queues the
+timed repeats. None of them names an op: the job's settings say what is special about it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import dataclasses
 import inspector
 from inspector.ui.session.formatting import human_bytes
 from inspector.ui.session.host_commands import led_keep, led_run, shared_now, spans_hosts
+from inspector.ui.session.job_runner import StreamedRun
 from inspector.ui.session.loaded import prepare
+from inspector.ui.session.origins import Result
 from inspector.ui.session.records import RunRecord
 from inspector.ui.session.tree_index import index_for
 from inspector.ui.session.worker import Task
@@ -37,10 +40,12 @@ def run_task(session) -> Task:
                                    progress=lambda p: _stream_progress(session, p))
         index_for(rr.result)  # describe the result here, off the event loop
         eager_s = diff = None
-        if eager and job.eager is not None:  # merges have no eager reference
+        make = job.settings.eager([loaded[n].tree for n in job.trees], job.call.options) \
+            if eager and not isinstance(rr, StreamedRun) else None
+        if make is not None:  # some ops (merges) have no eager reference
             from inspector.ui.session.eager import max_abs_diff, time_eager
 
-            eager_s, reference = time_eager(job.eager(device), repeats=min(repeats, 3))
+            eager_s, reference = time_eager(make(device), repeats=min(repeats, 3))
             diff = max_abs_diff(rr.result, reference)
         return rr, eager_s, diff
 
@@ -55,19 +60,15 @@ def run_task(session) -> Task:
                           path=view.path if same else "")
         session.param.update(result=rr, result_name=job.label, error="", eager_seconds=eager_s,
                              eager_max_diff=diff, history=[*session.history, record],
-                             run_status=f"{rr.op} finished in {rr.median_seconds * 1e3:.1f} ms "
-                                        f"on {rr.device} (run {record.run})" + (
-                                 f" · read {rr.read_gbps:.3g} GB/s, kernel {rr.gbps:.3g} GB/s"
-                                 if rr.read_bytes else ""),
-                             held=session.runs.held())
+                             run_status=_finished(rr, record.run), held=session.runs.held())
         # A result spread over several hosts is timed once: its repeats would be
         # collectives every process must run in step, which the page's cancellable,
         # delayed repeats cannot promise (a follower would wait in one for ever).
-        if repeats > 1 and not rr.cost.get("streamed") and not spans_hosts(rr.result):
+        if repeats > 1 and not isinstance(rr, StreamedRun) and not spans_hosts(rr.result):
             def time_it():
                 if session.runs.current(generation):  # no newer run meanwhile
                     session.worker.submit("timing", lambda: repeat_task(
-                        session, job, loaded, device, repeats, generation, rr), coalesce=True)
+                        session, job, repeats, generation, rr), coalesce=True)
 
             # Served: not while the user is still changing settings (the session stays
             # free meanwhile, so the next change starts at once).
@@ -76,12 +77,13 @@ def run_task(session) -> Task:
     return Task(f"Running {job.op} on {device} …", work, done)
 
 
-def repeat_task(session, job, loaded, device, repeats, generation, first) -> Task:
+def repeat_task(session, job, repeats, generation, first) -> Task:
     """The timed repeats of the run that gave `first`: after the page showed its result,
-    cancelled by the next run; the timing card and history then show their median."""
+    cancelled by the next run; they execute the plan that run made. The timing card and
+    history then show their median."""
 
     def work():
-        return session.runs.repeat(job, loaded, device, repeats, generation, first)
+        return session.runs.repeat(first, repeats, generation)
 
     def done(rr):
         if session.runs.current(generation) and session.result is first:
@@ -100,9 +102,13 @@ def repeat_task(session, job, loaded, device, repeats, generation, first) -> Tas
 
 
 def keep_task(session, base: str) -> Task:
-    """The task that adds the shown result as loaded trees named from `base` (an unstacked
-    result: one tree per slice), selected, so operations chain."""
+    """The task that adds the shown result as loaded trees named from `base` (one per result
+    tree the op's settings name: an unstacked result gives one tree per slice), selected, so
+    operations chain."""
     rr, label = session.result, session.result_name
+    record = session.history[-1] if session.history else None
+    call = record.call if record is not None and record.call.label == label else None
+    settings = session.ops[call.op] if call is not None else None
     session.runs.pin(rr.result)  # a loaded tree now: later runs must not write into it
 
     def work():
@@ -112,10 +118,12 @@ def keep_task(session, base: str) -> Task:
             raise inspector.InspectorError(
                 "The result was replaced by a newer run before it could be kept: keep the "
                 "result shown now.")
-        if rr.op == "unstack":
-            return [prepare(f"{base}[{i}]", t, f"result of {label}[{i}]")
-                    for i, t in enumerate(rr.result)]
-        return [prepare(base, rr.result, f"result of {label}")]
+        if settings is None:  # not the last run's (nothing to rebuild it from)
+            return [prepare(base, rr.result, f"result of {label}")]
+        parts = settings.results(rr.result)
+        return [prepare(f"{base}{suffix}", tree,
+                        Result(call, i if suffix else None))
+                for i, (suffix, tree) in enumerate(parts)]
 
     work = led_keep(session, rr.result, work)
 
@@ -126,6 +134,17 @@ def keep_task(session, base: str) -> Task:
         session.selected = names[0]
 
     return Task(f"Keeping {label} …", work, done)
+
+
+def _finished(rr, run: int) -> str:
+    """The finished run as the status announces it."""
+    text = f"{rr.op} finished in {rr.median_seconds * 1e3:.1f} ms on {rr.device} (run {run})"
+    if isinstance(rr, StreamedRun):
+        return text + (f" · streamed into a file: read {rr.read_seconds * 1e3:.1f} ms, compute "
+                       f"{rr.compute_seconds * 1e3:.1f} ms, write {rr.write_seconds * 1e3:.1f} ms")
+    if rr.read_bytes:
+        text += f" · read {rr.read_gbps:.3g} GB/s, kernel {rr.gbps:.3g} GB/s"
+    return text
 
 
 def _stream_progress(session, progress) -> None:

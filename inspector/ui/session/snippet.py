@@ -6,10 +6,12 @@
     # result = inspector.weighted_sum([t1, t2, t3], [1, 2, 3])
 
 Trees are named as in the app. Trees the user passed in (the notebook) are used by their names;
-trees the app built are defined first from where they came from: a built-in example
-(`examples.load(...)`), a checkpoint file opened, uploaded or named on the command line
-(`inspector.load(name)`), or an earlier run whose result was kept (that run's call).
-`snippet` is plain Python, testable without a browser.
+trees the app built are defined first from where they came from, as their `Origin` record
+says (`origins.py`): a built-in example (`examples.load(...)`), a checkpoint file opened,
+uploaded, named on the command line or opened from a URL (`inspector.load(...)`), a tree
+sharded over a mesh (`inspector.shard(...)`), a converted tree (`inspector.convert(...)`), or
+an earlier run whose result was kept (that run's call, as its op's settings write it).
+`snippet` is plain Python, testable without a browser; it names no op.
 """
 
 from __future__ import annotations
@@ -17,20 +19,21 @@ from __future__ import annotations
 import keyword
 import re
 
-from inspector import examples
 from inspector.ui.session.op_settings import settings_class
+from inspector.ui.session.origins import Origin, origin_of, quoted
 from inspector.ui.session.records import CallRecord, RunRecord
 
 
-def snippet(call: CallRecord, sources: dict[str, str] | None = None,
+def snippet(call: CallRecord, sources: dict | None = None,
             history: list[RunRecord] | tuple = ()) -> str:
     """Returns code that reproduces `call` (a run record's `call`) with the public API.
 
     Args:
         call: the run's `CallRecord` (op, tree names, options, device, repeats).
-        sources: where each tree came from, by name (`LoadedTree.source`); a tree missing
-            here, or passed in by the user, is used by its name.
-        history: earlier run records, to rebuild trees kept from their results.
+        sources: where each tree came from, by name (`LoadedTree.origin`, an `Origin`); a
+            tree missing here, or passed in by the user, is used by its name.
+        history: earlier run records (kept for callers; a kept result's `Result` origin
+            holds its own call).
 
     >>> call = CallRecord("weighted_sum", "", ["t1", "t2"], {"weights": [1, -0.1]})
     >>> print(snippet(call))
@@ -50,7 +53,7 @@ def snippet(call: CallRecord, sources: dict[str, str] | None = None,
     if call.device and expr.startswith(f"inspector.{call.op}("):  # a public op: time it so
         args = expr[expr.index("(") + 1:-1]
         lines += ["# timed as in the app:",
-                  f"# inspector.run(inspector.{call.op}, {args}, device={_str(call.device)}, "
+                  f"# inspector.run(inspector.{call.op}, {args}, device={quoted(call.device)}, "
                   f"repeats={call.repeats})"]
     return "\n".join(lines)
 
@@ -71,7 +74,7 @@ def literal(value) -> str:
         return "None"
     if isinstance(value, str):
         text = value.strip()
-        return text if re.fullmatch(r"-?\d+", text) else _str(text)
+        return text if re.fullmatch(r"-?\d+", text) else quoted(text)
     if isinstance(value, (int, float)):
         return repr(value)
     if type(value) is list:
@@ -94,19 +97,23 @@ class _Writer:
         self.from_examples: dict[str, list[tuple[str, str]]] = {}  # example: [(key, variable)]
         self.defined: set[str] = set()
         self.uses_examples = self.uses_jax = False
+        self.literal = literal
 
     def expression(self, call: CallRecord) -> str:
         names = [self.tree(n) for n in call.trees]
         return settings_class(call.op).code(call, names, self)
 
-    def index(self, tree: str, index) -> str:
+    def prefix(self, tree: str, value) -> str:
+        """A prefix tree of `tree` (an index tree, a spec tree) as source: a literal, or the
+        tree's own structure rebuilt around its top-level entries (namedtuples, dataclasses,
+        custom nodes)."""
         try:
-            return literal(index)
-        except TypeError:  # a namedtuple, dataclass or custom node: rebuild from the tree
+            return literal(value)
+        except TypeError:
             import jax
 
             self.uses_jax = True
-            top = jax.tree_util.tree_leaves(index, is_leaf=lambda n: n is not index)
+            top = jax.tree_util.tree_leaves(value, is_leaf=lambda n: n is not value)
             return (f"jax.tree.unflatten(jax.tree.structure({tree}, is_leaf=lambda n: n is not "
                     f"{tree}), {literal(list(top))})")
 
@@ -115,71 +122,33 @@ class _Writer:
         if name in self.defined:
             return var
         self.defined.add(name)
-        source = self.sources.get(name, "")
-        line = self._definition(name, var, source)
+        origin = origin_of(self.sources.get(name, Origin()))
+        line = origin.code(var, name, self)
         if line:
             self.definitions.append(line)
         return var
 
-    def _definition(self, name: str, var: str, source: str) -> str | None:
-        if source.startswith("example "):
-            example = _example_named(source.removeprefix("example "))
-            if example is not None:
-                key = re.sub(r" \(\d+\)$", "", name)  # a second load renames `t1` to `t1 (2)`
-                self.uses_examples = True
-                self.from_examples.setdefault(example, []).append((key, var))
-                return None
-        if source.startswith("file "):
-            return f"{var} = inspector.load({_str(source.removeprefix('file '))})"
-        if source.startswith("upload "):
-            return f"{var} = inspector.load({_str(source.removeprefix('upload '))})  # uploaded"
-        if source == "command line":
-            return f"{var} = inspector.load({_str(name)})"
-        if source.startswith("result of "):
-            return self._kept(var, source.removeprefix("result of "))
-        if var != name:
-            return f"{var} = ...  # the tree named {_str(name)} in the app"
-        return None
+    def from_example(self, example: str, key: str, var: str) -> None:
+        """Defines `var` as the tree `key` of a built-in example (one line per example)."""
+        self.uses_examples = True
+        self.from_examples.setdefault(example, []).append((key, var))
 
     def example_lines(self) -> list[str]:
         """One line per example the trees come from (examples build in microseconds)."""
         lines = []
         for example, pairs in self.from_examples.items():
-            load = f"examples.load({_str(example)})"
+            load = f"examples.load({quoted(example)})"
             if len(pairs) == 1:
-                lines.append(f"{pairs[0][1]} = {load}[{_str(pairs[0][0])}]")
+                lines.append(f"{pairs[0][1]} = {load}[{quoted(pairs[0][0])}]")
             else:
-                keys = ", ".join(_str(k) for k, _ in pairs)
+                keys = ", ".join(quoted(k) for k, _ in pairs)
                 lines.append(f"{', '.join(v for _, v in pairs)} = ({load}[k] for k in ({keys}))")
         return lines
-
-    def _kept(self, var: str, label: str) -> str | None:
-        part = re.fullmatch(r"(unstack\(.*\))\[(\d+)\]", label)  # one tree of an unstack
-        run_label = part.group(1) if part else label
-        calls = [h.call for h in self.history if h.call.label == run_label]
-        if not calls:
-            return f"{var} = ...  # the kept result of {label}"
-        suffix = f"[{part.group(2)}]" if part else ""
-        note = "" if all(c == calls[-1] for c in calls) else \
-            f"  # {run_label} ran with other settings too: this is the last"
-        return f"{var} = {self.expression(calls[-1])}{suffix}{note}"
-
-
-def _str(text: str) -> str:
-    """A string literal, in double quotes when it can be."""
-    return f'"{text}"' if text.isprintable() and not set(text) & {'"', "\\"} else repr(text)
-
-
-def _example_named(prefix: str) -> str | None:
-    for name in examples.EXAMPLES:
-        if name == prefix or name.split(":")[0] == prefix:
-            return name
-    return None
 
 
 def state_snippet(state) -> str:
     """The code of the state's last successful run ('' before the first)."""
     if not state.history:
         return ""
-    sources = {name: t.source for name, t in state.trees.items()}
+    sources = {name: t.origin for name, t in state.trees.items()}
     return snippet(state.history[-1].call, sources, state.history[:-1])

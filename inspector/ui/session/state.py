@@ -12,6 +12,7 @@ the task), `open` (`OpenState`: files, uploads, URLs), `compare` (`CompareState`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -24,7 +25,7 @@ from inspector.core import memory
 from inspector.ui.session.compare_state import CompareState
 from inspector.ui.session.example_sets import EXAMPLE_SETTINGS, example_trees
 from inspector.ui.session.health_state import HealthState
-from inspector.ui.session.held_runs import HeldRuns
+from inspector.ui.session.job_runner import JobRunner
 from inspector.ui.session.loaded import LoadedTree, prepare
 from inspector.ui.session.mesh_state import MeshState
 from inspector.ui.session.op_settings import OpSettings, settings_classes
@@ -51,8 +52,8 @@ class InspectorState(param.Parameterized):
                              "paths outside it are refused.")
 
     # Operation settings -----------------------------------------------------------------------
-    op = param.Selector(default="weighted_sum", objects=list(settings_classes()),
-                        doc="The operation to run (a key of `ops`).")
+    op = param.Selector(default=next(iter(settings_classes())), objects=list(settings_classes()),
+                        doc="The operation to run (a key of `ops`; the first tab's op at first).")
     ops = param.Dict(default={}, doc="Each op's settings (`OpSettings`) by op name: set their "
                      "params to set up a run, e.g. `ops['weighted_sum'].weights = [1, 2, 3]`.")
     auto_run = param.Boolean(default=True, doc="Re-run the op as soon as a live setting changes "
@@ -123,7 +124,7 @@ class InspectorState(param.Parameterized):
         self._kept = 0
         self.mesh = MeshState(self)  # the mesh and the specs; its panel sets them
         self.health = HealthState(self)  # the scan and the timeline
-        self.runs = HeldRuns()  # the working set: trees read once, held packed, reused
+        self.runs = JobRunner()  # runs jobs on the working set: trees read once, held packed
         self.hosts = None  # the `hosts.Leader` when served from several hosts
         self.session_id = 0
         # What a finished job's view updates run inside: the served app holds the page's
@@ -170,8 +171,7 @@ class InspectorState(param.Parameterized):
         """Adds a prepared tree under a unique name; returns the name used."""
         name = self._unique(loaded.name)
         if name != loaded.name:
-            loaded = LoadedTree(name, loaded.tree, loaded.source, loaded.n_leaves,
-                                loaded.n_params, loaded.nbytes)
+            loaded = dataclasses.replace(loaded, name=name)
         self.trees = {**self.trees, name: loaded}
         if select or not self.selected:
             self.selected = name

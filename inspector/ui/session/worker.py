@@ -19,7 +19,7 @@ from collections.abc import Callable
 import param
 
 import inspector
-from inspector.ui.session.held_runs import Cancelled
+from inspector.ui.session.job_runner import Cancelled
 
 
 def error_text(exc: BaseException, root: str = "") -> str:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
+import jax
+import numpy as np
 import param
 
 import inspector
+from inspector.core.packed import unpacked
 from inspector.ui.session.formatting import plural, shape_text
 from inspector.ui.session.loaded import SetupError, pick
 from inspector.ui.session.op_settings import PREVIEW_LINES, OpSettings, Preview, clip, register
-from inspector.ui.session.records import CallRecord, Job
+from inspector.ui.session.records import CallRecord
 
 DTYPES = ["bfloat16", "float16", "float32"]
 
@@ -21,17 +26,32 @@ class DequantizeSettings(OpSettings):
     title = "Dequantize"
     position = 45
     follows_selection = True
+    streams = True  # inspector.dequantize(..., out=)
 
     tree = param.String(default="", doc="Name of the tree to dequantize (the selected tree).")
     dtype = param.Selector(default="bfloat16", objects=DTYPES,
                            doc="The dtype of the dequantized weights.")
 
-    def job(self, trees: dict) -> Job:
-        (loaded,) = pick(trees, [self.tree])
+    def describe(self, loaded):
         call = CallRecord("dequantize", f"dequantize({self.tree}, {self.dtype})", [self.tree],
                           {"dtype": self.dtype})
-        return Job(inspector.dequantize, (loaded.tree, self.dtype), call,
-                   f"{self.tree} · {self.dtype}")
+        return call, f"{self.tree} · {self.dtype}"
+
+    def arguments(self, trees, options):
+        return inspector.dequantize, (trees[0], options["dtype"]), {}
+
+    def output_bytes(self, trees):
+        """The input's bytes with each usable group's members replaced by its weight in the
+        chosen dtype."""
+        tree = unpacked(trees[0])
+        sizes = {r.path: r.nbytes for r in inspector.describe(tree) if r.kind == "leaf"}
+        total = sum(sizes.values())
+        itemsize = np.dtype(jax.dtypes.canonicalize_dtype(self.dtype)).itemsize
+        for group in inspector.quant_groups(tree):
+            if group.usable:
+                total -= sum(sizes.get(p, 0) for p in group.members.values())
+                total += math.prod(group.shape) * itemsize
+        return total
 
     def preview(self, trees: dict) -> Preview:
         try:

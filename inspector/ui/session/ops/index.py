@@ -11,7 +11,7 @@ from inspector.ui.session.eager import place
 from inspector.ui.session.formatting import plural, shape_text
 from inspector.ui.session.loaded import LoadedTree, SetupError, pick
 from inspector.ui.session.op_settings import OpSettings, Preview, clip, register
-from inspector.ui.session.records import CallRecord, Job
+from inspector.ui.session.records import CallRecord
 from inspector.ui.session.tree_index import ROOT_ID, TreeIndex
 
 
@@ -103,15 +103,22 @@ class IndexSettings(OpSettings):
         self.texts = texts
         return [names.get(n, n) for n in values["texts"]]
 
-    def job(self, trees: dict) -> Job:
+    def describe(self, loaded):
         name = self.tree
-        (loaded,) = pick(trees, [name])
         texts = self.current()
-        index_tree = index_tree_for(loaded, texts)
+        index_tree = index_tree_for(loaded[0], texts)
         shown = ", ".join(f"{k}={v}" for k, v in texts.items() if (v or ":").strip() != ":")
+        call = CallRecord("index", f"index({name})", [name], {"index": index_tree})
+        return call, f"{name} · {shown or 'keep all'}"
 
-        def eager(device):
-            placed = place(loaded.tree, device)
+    def arguments(self, trees, options):
+        return inspector.index, (trees[0], options["index"]), {}
+
+    def eager(self, trees, options):
+        index_tree = options["index"]
+
+        def make(device):
+            placed = place(trees[0], device)
 
             def subtree(text, sub):
                 if text is None:
@@ -121,9 +128,7 @@ class IndexSettings(OpSettings):
 
             return lambda: jax.tree.map(subtree, index_tree, placed, is_leaf=lambda x: x is None)
 
-        call = CallRecord("index", f"index({name})", [name], {"index": index_tree})
-        return Job(inspector.index, (loaded.tree, index_tree), call,
-                   f"{name} · {shown or 'keep all'}", eager)
+        return make
 
     def preview(self, trees: dict) -> Preview:
         name = self.tree
@@ -177,7 +182,7 @@ class IndexSettings(OpSettings):
 
     @classmethod
     def code(cls, call: CallRecord, names: list[str], writer) -> str:
-        return f"inspector.index({names[0]}, {writer.index(names[0], call.options['index'])})"
+        return f"inspector.index({names[0]}, {writer.prefix(names[0], call.options['index'])})"
 
 
 def _leaf_rows(index: TreeIndex, i: int):

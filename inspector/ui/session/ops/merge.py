@@ -3,18 +3,15 @@ and density, t / lambda / seed, normalize / rescale (mergekit's defaults per met
 
 from __future__ import annotations
 
-from functools import partial
-
 import param
 
 import inspector
 from inspector.core.merge import METHODS
 from inspector.core.merge.checks import check_call, check_trees
-from inspector.core.merge.planning import plan_merge
 from inspector.ui.session.formatting import plural
 from inspector.ui.session.loaded import SetupError, pick
 from inspector.ui.session.op_settings import OpSettings, Preview, register
-from inspector.ui.session.records import CallRecord, Job
+from inspector.ui.session.records import CallRecord
 
 LABELS = {"linear": "Linear (model soup)", "task_arithmetic": "Task arithmetic", "ties": "TIES",
           "dare_linear": "DARE linear", "dare_ties": "DARE TIES", "slerp": "SLERP",
@@ -29,6 +26,7 @@ class MergeSettings(OpSettings):
     op = "merge"
     title = "Merge"
     position = 50
+    streams = True  # inspector.merge(..., out=)
     live = ("weights", "density", "t", "lam", "seed", "normalize", "rescale")
 
     method = param.Selector(default="ties", objects=list(METHODS),
@@ -104,18 +102,23 @@ class MergeSettings(OpSettings):
         base = pick(trees, [self.base])[0].tree if self.uses_base() else None
         return inputs, base
 
-    def job(self, trees: dict) -> Job:
-        inputs, base = self._inputs(trees)
+    def describe(self, loaded):
+        if not self.trees:
+            raise SetupError("Pick the trees to merge (the base apart).")
         params = self.params_for_merge()
         names = list(self.trees)
-        on = f" on {self.base}" if base is not None else ""
+        base = self.uses_base()
+        on = f" on {self.base}" if base else ""
         call = CallRecord("merge", f"merge:{self.method}({', '.join(names)}{on})", self.uses(),
-                          {"method": self.method, "base": base is not None, "params": params})
+                          {"method": self.method, "base": base, "params": params})
         shown = ", ".join(f"{k}={v}" for k, v in params.items())
-        # An Op whose planner holds the keyword arguments: `run` plans it like `merge`.
-        fn = inspector.Op("merge", partial(plan_merge, base=base, **params))
-        return Job(fn, (self.method, inputs), call, f"{self.method} · {', '.join(names)}{on}"
-                   f" · {shown}")
+        return call, f"{self.method} · {', '.join(names)}{on} · {shown}"
+
+    def arguments(self, trees, options):
+        trees = list(trees)
+        base = trees.pop() if options["base"] else None  # `uses()`: the base comes last
+        return inspector.merge, (options["method"], trees), {"base": base,
+                                                              **options["params"]}
 
     def preview(self, trees: dict) -> Preview:
         definition = (f"{LABELS[self.method]} ({self.spec.reference}):\n{self.spec.formula}")

@@ -18,7 +18,7 @@ from inspector.ui.session.op_settings import (
     register,
     structure_error,
 )
-from inspector.ui.session.records import CallRecord, Job
+from inspector.ui.session.records import CallRecord
 from inspector.ui.session.tree_index import ROOT_ID
 
 
@@ -50,18 +50,24 @@ class StackSettings(OpSettings):
         self.trees = [names.get(n, n) for n in values["trees"]]
         return []
 
-    def job(self, trees: dict) -> Job:
+    def describe(self, loaded):
         names = list(self.trees)
         if not names:
             raise SetupError("Pick the trees to stack (one or more), in order.")
-        inputs = [t.tree for t in pick(trees, names)]
+        return CallRecord("stack", f"stack({', '.join(names)})", names), ", ".join(names)
 
-        def eager(device):
-            placed = [place(t, device) for t in inputs]
+    def arguments(self, trees, options):
+        return inspector.stack, (list(trees),), {}
+
+    def eager(self, trees, options):
+        def make(device):
+            placed = [place(t, device) for t in trees]
             return lambda: jax.tree.map(lambda *xs: jnp.stack(xs), *placed)
 
-        call = CallRecord("stack", f"stack({', '.join(names)})", names)
-        return Job(inspector.stack, (inputs,), call, ", ".join(names), eager)
+        return make
+
+    def output_bytes(self, trees):
+        return sum(inspector.describe(t)[0].nbytes for t in trees)  # K trees side by side
 
     def preview(self, trees: dict) -> Preview:
         try:

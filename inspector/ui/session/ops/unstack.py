@@ -10,7 +10,7 @@ from inspector.ui.session.eager import place
 from inspector.ui.session.formatting import plural, shape_text
 from inspector.ui.session.loaded import SetupError, pick
 from inspector.ui.session.op_settings import PREVIEW_LINES, OpSettings, Preview, clip, register
-from inspector.ui.session.records import CallRecord, Job
+from inspector.ui.session.records import CallRecord
 from inspector.ui.session.tree_index import ROOT_ID
 
 
@@ -25,16 +25,22 @@ class UnstackSettings(OpSettings):
 
     tree = param.String(default="", doc="Name of the tree to split (the selected input tree).")
 
-    def job(self, trees: dict) -> Job:
-        (loaded,) = pick(trees, [self.tree])
+    def describe(self, loaded):
+        return CallRecord("unstack", f"unstack({self.tree})", [self.tree]), self.tree
 
-        def eager(device):
-            placed = place(loaded.tree, device)
+    def arguments(self, trees, options):
+        return inspector.unstack, (trees[0],), {}
+
+    def eager(self, trees, options):
+        def make(device):
+            placed = place(trees[0], device)
             k = jax.tree.leaves(placed)[0].shape[0]
             return lambda: [jax.tree.map(lambda x, i=i: x[i], placed) for i in range(k)]
 
-        call = CallRecord("unstack", f"unstack({self.tree})", [self.tree])
-        return Job(inspector.unstack, (loaded.tree,), call, self.tree, eager)
+        return make
+
+    def results(self, result):
+        return [(f"[{i}]", tree) for i, tree in enumerate(result)]  # one tree per slice
 
     def preview(self, trees: dict) -> Preview:
         name = self.tree

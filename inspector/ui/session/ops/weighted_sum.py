@@ -19,7 +19,7 @@ from inspector.ui.session.op_settings import (
     run_weights,
     structure_error,
 )
-from inspector.ui.session.records import CallRecord, Job
+from inspector.ui.session.records import CallRecord
 
 
 @register
@@ -30,6 +30,7 @@ class WeightedSumSettings(OpSettings):
     title = "Weighted sum"
     position = 10
     live = ("weights",)
+    streams = True  # inspector.weighted_sum(..., out=)
 
     trees = param.List(default=[], item_type=str, doc="Names of the trees to sum, in order.")
     weights = param.List(default=[], doc="One weight per tree in `trees`.")
@@ -74,16 +75,24 @@ class WeightedSumSettings(OpSettings):
                           weights=list(values["weights"]))
         return []
 
-    def job(self, trees: dict) -> Job:
+    def describe(self, loaded):
         names = list(self.trees)
         if len(names) < 2:
             raise SetupError("Pick two or more trees for a weighted sum.")
-        inputs = [t.tree for t in pick(trees, names)]
         ws = run_weights(self.weights)
+        call = CallRecord("weighted_sum", f"weighted_sum({', '.join(names)})", names,
+                          {"weights": tuple(ws)})
+        return call, f"{', '.join(names)} · weights {', '.join(map(str, ws))}"
 
-        def eager(device):
+    def arguments(self, trees, options):
+        return inspector.weighted_sum, (list(trees), list(options["weights"])), {}
+
+    def eager(self, trees, options):
+        ws = list(options["weights"])
+
+        def make(device):
             # What users write by hand: one eager op per leaf and term.
-            placed = [place(t, device) for t in inputs]
+            placed = [place(t, device) for t in trees]
 
             def leaf(*xs):
                 return functools.reduce(operator.add,
@@ -91,10 +100,7 @@ class WeightedSumSettings(OpSettings):
 
             return lambda: jax.tree.map(leaf, *placed)
 
-        call = CallRecord("weighted_sum", f"weighted_sum({', '.join(names)})", names,
-                          {"weights": tuple(ws)})
-        return Job(inspector.weighted_sum, (inputs, ws), call,
-                   f"{', '.join(names)} · weights {', '.join(map(str, ws))}", eager)
+        return make
 
     def preview(self, trees: dict) -> Preview:
         try:

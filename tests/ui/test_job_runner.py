@@ -12,7 +12,7 @@ import pytest
 
 from inspector.core import memory, working_set
 from inspector.ui.operation_panel import OperationPanel
-from inspector.ui.session.held_runs import Cancelled
+from inspector.ui.session.job_runner import Cancelled, StreamedRun
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.state import InspectorState
 from tests.core.test_streaming import Tracker
@@ -130,7 +130,7 @@ def test_a_run_over_the_budget_streams_into_a_file_with_its_progress():
                     and full.append(e.new), "value")
     s.param.trigger("run")
     assert s.error == ""
-    assert s.result.cost.get("streamed") and s.held == []
+    assert isinstance(s.result, StreamedRun) and s.held == []
     for key in SHAPES:
         np.testing.assert_allclose(np.asarray(s.result.result[key]),
                                    expected(values, [0.25, 0.75], key), atol=1e-6)
