@@ -20,11 +20,11 @@ import numpy as np
 
 from inspector.core import caches
 from inspector.core.errors import InspectorError, bullet_list
+from inspector.core.gc_pause import gc_paused
 from inspector.core.lazy import LazyArray
-from inspector.io import nesting, subbyte
-from inspector.io.gc_pause import gc_paused
+from inspector.io import nesting, safetensors_tree, subbyte
 from inspector.io.locate import locate
-from inspector.io.location import Location
+from inspector.io.location import LocalFile, Location
 from inspector.io.replacing import replacing
 from inspector.io.safetensors_header import (  # noqa: F401 (read_header: this module's API too)
     CODES,
@@ -32,6 +32,7 @@ from inspector.io.safetensors_header import (  # noqa: F401 (read_header: this m
     MAX_HEADER_BYTES,
     TensorEntry,
     bits_of,
+    header_bytes,
     read_header,
     read_json,
 )
@@ -51,7 +52,12 @@ def load(path: str | os.PathLike | Location) -> dict:
     """
     location = locate(path)
     with gc_paused():  # 100k tensors make ~1M objects: no collector passes over them meanwhile
-        entries = read_header(location)
+        raw = header_bytes(location)
+        if isinstance(location, LocalFile):
+            tree = safetensors_tree.load_tree(location, raw)  # one pass, or None: careful path
+            if tree is not None:
+                return tree
+        entries = read_header(location, raw)
         return nesting.unflatten(_leaves(location, entries), location)
 
 
