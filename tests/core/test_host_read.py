@@ -184,3 +184,12 @@ def test_a_read_failing_while_kernels_compile_is_raised_and_the_trees_stay_usabl
     path_b.write_bytes(data)  # repaired: the same lazy tree reads again
     r = inspector.run(inspector.weighted_sum, [a, b], [1.0, 0.0], repeats=1, warmup=0)
     np.testing.assert_array_equal(np.asarray(r.result["layer4"]["w"]), va["layer4"]["w"])
+
+
+def test_a_kernel_without_populate_write_still_gets_a_faulted_buffer(monkeypatch):
+    monkeypatch.setattr(host_read, "_MADVISE", lambda *args: -1)  # as on Linux < 5.14
+    monkeypatch.setitem(host_read._POPULATE_WRITE, "ok", True)
+    buffer = host_read.host_buffer(3 << 20)
+    assert host_read._POPULATE_WRITE["ok"] is False  # MAP_POPULATE from now on
+    buffer[:] = 7
+    assert buffer.size == 3 << 20 and buffer.ctypes.data % 4096 == 0 and int(buffer[-1]) == 7
