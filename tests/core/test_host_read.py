@@ -193,3 +193,25 @@ def test_a_kernel_without_populate_write_still_gets_a_faulted_buffer(monkeypatch
     assert host_read._POPULATE_WRITE["ok"] is False  # MAP_POPULATE from now on
     buffer[:] = 7
     assert buffer.size == 3 << 20 and buffer.ctypes.data % 4096 == 0 and int(buffer[-1]) == 7
+
+
+def test_a_large_old_file_replaced_is_freed_after_the_rename(tmp_path, monkeypatch):
+    import threading
+
+    from inspector.io import replacing
+
+    monkeypatch.setattr(replacing, "HOLD_BYTES", 1024)
+    _, a, _ = _saved(tmp_path, 17)
+    _, b, _ = _saved(tmp_path, 18)
+    out = tmp_path / "out" / "m.safetensors"
+    out.parent.mkdir()
+    out.write_bytes(b"old" * 1000)
+    fds = len(os.listdir("/proc/self/fd"))
+    merged = inspector.weighted_sum([a, b], [1.0, 0.0], out=out)
+    for t in threading.enumerate():
+        if t.name == "inspector-free-old":
+            t.join()
+    assert len(os.listdir("/proc/self/fd")) == fds  # the old file's descriptor is closed
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.safetensors"]
+    np.testing.assert_array_equal(np.asarray(merged["layer0"]["w"]), np.asarray(a["layer0"]["w"]))
+
