@@ -25,6 +25,7 @@ from inspector.core.lazy import LazyArray
 from inspector.io import nesting, safetensors_tree, subbyte
 from inspector.io.locate import locate
 from inspector.io.location import LocalFile, Location
+from inspector.io.positioned_writer import PositionedWriter
 from inspector.io.replacing import replacing
 from inspector.io.safetensors_header import (  # noqa: F401 (read_header: this module's API too)
     CODES,
@@ -103,8 +104,15 @@ def save(flat: dict[str, Any], path: str | os.PathLike,
     with replacing(path) as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for name, leaf in flat.items():
-            f.write(_little_endian_bytes(leaf, specs[name]))
+        f.flush()
+        # each leaf's bytes go to its offset from a writer thread while the next leaf is
+        # read (a streamed op's output: computed) here
+        offset = 8 + len(text)
+        with PositionedWriter(f.fileno()) as writer:
+            for name, leaf in flat.items():
+                data = _little_endian_bytes(leaf, specs[name])
+                writer.put(offset, data)
+                offset += data.nbytes
 
 
 def _leaves(location: Location, entries: Iterable[TensorEntry]):
