@@ -135,3 +135,12 @@ def test_a_leaf_without_a_reader_names_its_file_when_the_file_shrank(tmp_path):
     with pytest.raises(LoadError) as caught:
         leaf.read()
     assert "m.safetensors:w" in str(caught.value) and "load it again" in str(caught.value)
+
+
+def test_a_float_shape_equal_to_an_int_one_is_still_refused(tmp_path):
+    header = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+              "b": {"dtype": "F32", "shape": [2.0], "data_offsets": [8, 16]}}
+    path = _write(tmp_path / "m.safetensors", header, bytes(16))
+    assert _fast(path) is None
+    with pytest.raises(LoadError):
+        inspector.load(path)
