@@ -82,6 +82,7 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
         if len(spec) != 3:
             raise _Careful
         shape = tuple(spec["shape"])
+        extend(shape)  # as written: (2.0,) == (2,), and the shared one may be the other
         shape = shapes.setdefault(shape, shape)  # experts share shapes: fewer live objects
         begin, end = spec["data_offsets"]
         kind = kinds.get(spec["dtype"])
@@ -91,7 +92,6 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
         nbytes = prod(shape) * itemsize
         if end - begin != nbytes:
             raise _Careful
-        extend(shape)
         add_begin(begin)
         add_end(end)
         offset = data_start + begin
