@@ -7,14 +7,40 @@ saver hands each leaf's bytes and its offset (known from the header) to one writ
 (`os.pwrite`, which leaves the GIL), and computes the next leaf meanwhile. At most
 `PENDING_BYTES` wait to be written (beyond that, the saver waits: a streamed output never holds
 more than that plus the leaf being computed), and the first write error is raised in the
-saver, which then removes the partial file as before (`replacing`).
+saver, which then removes the partial file as before (`replacing`). Each piece's writeback to
+disk is started as soon as it is written (see `_start_writeback`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from collections import deque
+
+
+def _libc_sync_file_range():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None  # not Linux: the kernel writes back as it likes
+    function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Starts writing the piece back to disk now (`sync_file_range(SYNC_FILE_RANGE_WRITE)`,
+    no wait), in the writer thread: ext4 otherwise starts it for the whole file in the rename
+    that replaces an existing file (`auto_da_alloc`), on the saver's path: 0.18-0.25 s for
+    300 MB here, 0.09 s with the pieces started as they were written."""
+    if _SYNC_FILE_RANGE is not None and nbytes:
+        _SYNC_FILE_RANGE(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # advice: errors ignored
+
 
 PENDING_BYTES = 256 << 20
 """Bytes handed to the writer and not yet written, at most (a larger leaf waits alone)."""
@@ -96,6 +122,7 @@ class PositionedWriter:
                 done = 0
                 while done < len(view):
                     done += os.pwrite(self.fd, view[done:], offset + done)
+                _start_writeback(self.fd, offset, len(view))
             except BaseException as exc:  # raised in the saver by its next put / close
                 with self._cond:
                     self._error = exc
