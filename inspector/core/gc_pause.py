@@ -22,5 +22,18 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if gc.get_count()[0] > PROMOTE_AFTER and gc.get_freeze_count() == 0:
+            # the block made (and kept) this many objects: put them with the old ones at
+            # once, rather than have the next young collection walk them all (0.05-0.08 s
+            # for a 106k-tensor tree here). `freeze` + `unfreeze` moves every tracked object
+            # into the oldest generation without visiting any; cyclic garbage among them is
+            # collected by the next full collection, as any old object's is. (Not when the
+            # program froze objects itself: `unfreeze` would thaw those too.)
+            gc.freeze()
+            gc.unfreeze()
         if was:
             gc.enable()
+
+
+PROMOTE_AFTER = 100_000
+"""Young objects above which `gc_paused` promotes them all when the block ends."""

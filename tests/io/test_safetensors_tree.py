@@ -144,3 +144,22 @@ def test_a_float_shape_equal_to_an_int_one_is_still_refused(tmp_path):
     assert _fast(path) is None
     with pytest.raises(LoadError):
         inspector.load(path)
+
+
+def test_a_large_build_leaves_no_young_objects_and_keeps_a_programs_frozen_ones(tmp_path):
+    import gc
+
+    from inspector.core import gc_pause
+
+    with gc_pause.gc_paused():
+        kept = [[i] for i in range(gc_pause.PROMOTE_AFTER + 10)]
+    assert gc.isenabled() and gc.get_count()[0] < 1000 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_pause.gc_paused():
+            more = [[i] for i in range(gc_pause.PROMOTE_AFTER + 10)]
+        assert gc.get_freeze_count() == frozen  # the program's frozen objects stay frozen
+    finally:
+        gc.unfreeze()
+    assert len(kept) == len(more)
