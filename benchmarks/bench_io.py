@@ -394,7 +394,7 @@ def mergekit_rows(d: Path, args) -> None:
         theirs.update(load_file(str(f)))
     worst = max(float(np.max(np.abs(ours[k] - theirs[k]))) for k in theirs)
     label = (f"merge linear, `python -m inspector merge` (floor column: `mergekit-yaml`), whole "
-             f"processes; peak RSS {rss['ours']:.2f} vs {rss['theirs']:.2f} GB; max |diff| "
+             f"processes; peak RSS {rss['ours']:.2f} vs {rss['theirs']:.2f} GB; max abs diff "
              f"{worst:.2g}, {len(set(ours) ^ set(theirs))} tensors in one only")
     print(line(label, secs["ours"], secs["theirs"], "< 1 (faster than mergekit)"), flush=True)
 
