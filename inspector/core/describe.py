@@ -207,8 +207,9 @@ def _walk_dict(node: dict, path: str, key: str, depth: int, rows: list, _lazy=La
             total_bytes += nbytes
             total_leaves += 1
             total_params += size
-        else:
-            b, n, p = _walk(child, path + child_key, child_key, child_depth, rows)
+        else:  # a dict child directly: one frame per level, as `_walk` (MAX_DEPTH levels)
+            b, n, p = (_walk_dict if type(child) is dict else _walk)(
+                child, path + child_key, child_key, child_depth, rows)
             total_bytes += b
             total_leaves += n
             total_params += p
