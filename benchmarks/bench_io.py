@@ -357,11 +357,11 @@ def mergekit_rows(d: Path, args) -> None:
     """Our CLI's linear merge against mergekit-yaml's, whole processes, interleaved."""
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_merge_mergekit import CONFIG, timed
+    from safetensors.numpy import load_file
 
     folders = []
     for name, seed in (("a", 0), ("b", 1)):
-        folder = d / f"mk-{name}-{args.hidden}x{args.layers}"
-        folders.append(folder)
+        folders.append(folder := d / f"mk-{name}-{args.hidden}x{args.layers}")
         if (folder / "model.safetensors").exists():
             continue
         folder.mkdir(parents=True, exist_ok=True)
@@ -374,24 +374,20 @@ def mergekit_rows(d: Path, args) -> None:
             "n_positions": 1024, "vocab_size": 50257}))
     config = d / "linear.yml"
     config.write_text(CONFIG.format(a=folders[0], b=folders[1]))
-    ours_cmd = [sys.executable, "-m", "inspector", "merge", str(config), str(d / "mk-ours"),
-                "--quiet"]
-    theirs_cmd = [args.mergekit, str(config), str(d / "mk-theirs"), "--lazy-unpickle",
-                  "--allow-crimes", "--no-copy-tokenizer"]
+    order = [("ours", [sys.executable, "-m", "inspector", "merge", str(config),
+                       str(d / "mk-ours"), "--quiet"]),
+             ("theirs", [args.mergekit, str(config), str(d / "mk-theirs"), "--lazy-unpickle",
+                         "--allow-crimes", "--no-copy-tokenizer"])]
     runs = {"ours": [], "theirs": []}
     for r in range(args.rounds):
-        order = [("ours", ours_cmd), ("theirs", theirs_cmd)]
         for who, cmd in order if r % 2 == 0 else order[::-1]:
             subprocess.run(["rm", "-rf", str(d / f"mk-{who}")], check=True)
             runs[who].append(timed(cmd))
     secs = {who: [s for s, _ in xs] for who, xs in runs.items()}
     rss = {who: max(m for _, m in xs) for who, xs in runs.items()}
-    from safetensors.numpy import load_file
-
     ours = load_file(str(d / "mk-ours" / "model.safetensors"))
-    theirs = {}
-    for f in sorted((d / "mk-theirs").glob("*.safetensors")):
-        theirs.update(load_file(str(f)))
+    theirs = {k: v for f in sorted((d / "mk-theirs").glob("*.safetensors"))
+              for k, v in load_file(str(f)).items()}
     worst = max(float(np.max(np.abs(ours[k] - theirs[k]))) for k in theirs)
     label = (f"merge linear, `python -m inspector merge` (floor column: `mergekit-yaml`), whole "
              f"processes; peak RSS {rss['ours']:.2f} vs {rss['theirs']:.2f} GB; max abs diff "
