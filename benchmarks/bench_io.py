@@ -18,6 +18,11 @@ busy machine). Jobs (ours | its floor):
          (np.partition for the top-k, sign election, disjoint mean) and writes the file.
 - structure: `load` of a 106,453-tensor safetensors file | `json.loads` of its header; and
          `describe(load(...))`.
+- mergekit (with `--mergekit /tmp/mk/bin/mergekit-yaml`; mergekit is never a dependency, see
+         `bench_merge_mergekit.py` for a side environment): `python -m inspector merge
+         linear.yml out` | `mergekit-yaml linear.yml out` on the same YAML and model folders
+         (these checkpoints under GPT-2 names, `config.json`): whole processes, imports
+         included, each with its peak RSS.
 
 Our jobs import jax and the inspector's modules before their clock starts (as the floor
 imports NumPy before its own). Warm: the files were just read (page cache). `--cold` also
@@ -279,6 +284,7 @@ def main() -> None:
     p.add_argument("--cold", action="store_true")
     p.add_argument("--only", default="run,pack,out,ties,structure")
     p.add_argument("--dir", default="/tmp/bench_io")
+    p.add_argument("--mergekit", help="mergekit-yaml of a side environment (the mergekit job)")
     args = p.parse_args()
     if args.child:
         print(JOBS[args.child[0]](*args.child[1:]))
@@ -327,6 +333,8 @@ def main() -> None:
                       ("floor_json", [str(many)]), "<= 1.3x", None))
         pairs.append(("describe 106,453 tensors (floor: json)", ("ours_describe", [str(many)]),
                       ("floor_json", [str(many)]), "<= 0.3 s", None))
+    if "mergekit" in only and args.mergekit:
+        mergekit_rows(d, args)
     for label, (ours, oargs), (floor, fargs), target, cold in pairs:
         if cold is None:  # warm the page cache once
             for f in set(oargs) - {out}:
@@ -343,6 +351,48 @@ def main() -> None:
         print(line(label, times["ours"], times["floor"], target), flush=True)
         if notes and ours == "ours_run":
             print(f"|  (phases of ours, last round: {notes[-1]}) | | | | |")
+
+
+def mergekit_rows(d: Path, args) -> None:
+    """Our CLI's linear merge against mergekit-yaml's, whole processes, interleaved."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_merge_mergekit import CONFIG, timed
+    from safetensors.numpy import load_file
+
+    folders = []
+    for name, seed in (("a", 0), ("b", 1)):
+        folders.append(folder := d / f"mk-{name}-{args.hidden}x{args.layers}")
+        if (folder / "model.safetensors").exists():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {f"transformer.{k}": v for k, v in
+                   gpt2_like(args.hidden, args.layers, seed).items()}
+        write_safetensors(tensors, folder / "model.safetensors")
+        (folder / "config.json").write_text(json.dumps({
+            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+            "n_layer": args.layers, "n_embd": args.hidden, "n_head": args.hidden // 64,
+            "n_positions": 1024, "vocab_size": 50257}))
+    config = d / "linear.yml"
+    config.write_text(CONFIG.format(a=folders[0], b=folders[1]))
+    order = [("ours", [sys.executable, "-m", "inspector", "merge", str(config),
+                       str(d / "mk-ours"), "--quiet"]),
+             ("theirs", [args.mergekit, str(config), str(d / "mk-theirs"), "--lazy-unpickle",
+                         "--allow-crimes", "--no-copy-tokenizer"])]
+    runs = {"ours": [], "theirs": []}
+    for r in range(args.rounds):
+        for who, cmd in order if r % 2 == 0 else order[::-1]:
+            subprocess.run(["rm", "-rf", str(d / f"mk-{who}")], check=True)
+            runs[who].append(timed(cmd))
+    secs = {who: [s for s, _ in xs] for who, xs in runs.items()}
+    rss = {who: max(m for _, m in xs) for who, xs in runs.items()}
+    ours = load_file(str(d / "mk-ours" / "model.safetensors"))
+    theirs = {k: v for f in sorted((d / "mk-theirs").glob("*.safetensors"))
+              for k, v in load_file(str(f)).items()}
+    worst = max(float(np.max(np.abs(ours[k] - theirs[k]))) for k in theirs)
+    label = (f"merge linear, `python -m inspector merge` (floor column: `mergekit-yaml`), whole "
+             f"processes; peak RSS {rss['ours']:.2f} vs {rss['theirs']:.2f} GB; max abs diff "
+             f"{worst:.2g}, {len(set(ours) ^ set(theirs))} tensors in one only")
+    print(line(label, secs["ours"], secs["theirs"], "< 1 (faster than mergekit)"), flush=True)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,9 @@ def _cache_key(call: Call, device) -> tuple:
 
 
 def _lower(call: Call, device) -> jax.stages.Lowered:
+    # at the first compile, not at import (the cache settings are JAX's, process-wide); here,
+    # as the kernels compiled side by side (`compile_missing`) never pass through `_compile`
+    compile_cache.enable()  # kernels compiled by an earlier process come from disk
     abstract = [_abstract(a, call.target(i, device)) for i, a in enumerate(call.args)]
     jitted = jax.jit(call.make(), donate_argnums=call.donate, keep_unused=True,
                      **({} if call.out_shardings is None
@@ -80,8 +83,6 @@ def _lower(call: Call, device) -> jax.stages.Lowered:
 
 
 def _compile(call: Call, device) -> jax.stages.Compiled:
-    # at the first compile, not at import: the cache settings are JAX's, process-wide
-    compile_cache.enable()  # kernels compiled by an earlier process come from disk
     return _lower(call, device).compile()
 
 

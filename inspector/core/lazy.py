@@ -72,7 +72,7 @@ class LazyArray:
         """Returns the data as a NumPy array of `shape` and `dtype` (read now)."""
         if self._value is not None:
             return self._value
-        value = np.asarray(self._reader())
+        value = np.asarray(self._reader() if self._reader is not None else self._mapped())
         if value.shape != self.shape or value.dtype != self.dtype:
             from inspector.core.errors import LoadError
 
@@ -83,6 +83,20 @@ class LazyArray:
         if self._cache:
             self._value = value
         return value
+
+    def _mapped(self) -> np.ndarray:
+        """A leaf with a `region` and no reader (a safetensors file's tensors, made by
+        `io.safetensors_tree` without a reader object each): its bytes, memory-mapped."""
+        path, offset = self.region
+        try:
+            return np.asarray(np.memmap(path, self.dtype, "r", offset, self.shape))
+        except (OSError, ValueError) as exc:
+            from inspector.core.errors import LoadError
+
+            raise LoadError(
+                f"{self.source}: the {self.dtype}{list(self.shape)} array at byte {offset} of "
+                f"{path} could not be read ({exc}). The file changed or shrank after it was "
+                "opened; load it again.") from exc
 
     def __array__(self, dtype=None, copy=None):
         value = self.read()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import jax
@@ -18,7 +20,6 @@ from inspector.core.lazy import LazyArray
 from inspector.core.op import Op, block, op_of, run_once
 from inspector.core.out_buffers import output_buffer
 from inspector.core.plan import Call, Plan
-from inspector.core.transfer import MANY
 
 __all__ = ["PlannedRun", "RunResult", "as_op", "block", "devices", "resolve_device", "run",
            "run_once"]
@@ -154,16 +155,21 @@ class PlannedRun:
         self.device = resolve_device(device)
         self._start = thread_compiles()
         self.plan = as_op(op).plan(*args, device=self.device, **kwargs)
-        before = thread_compiles()
-        self._kernel_seconds, _ = self.plan.compile()
-        self._compiled = (before, thread_compiles())
-        read_start = time.perf_counter()
-        # read lazy leaves once here, not inside every timed repeat: file leaves in parallel
-        # straight into aligned host buffers (a CPU device then uses them without a copy),
-        # remote ones several at once
-        self.read_bytes = _read_lazy_args(self.plan)
+        # read lazy leaves once here, not inside every timed repeat, and while the kernels
+        # compile (the reads leave the GIL; lowering keeps this thread's JAX settings): file
+        # leaves in parallel straight into aligned host buffers (a CPU device then uses them
+        # without a copy), remote ones several at once
+        reading = _start_reading(self.plan)
+        try:
+            before = thread_compiles()
+            self._kernel_seconds, _ = self.plan.compile()
+            self._compiled = (before, thread_compiles())
+        finally:
+            values, read_seconds = reading.result() if reading is not None else ({}, 0.0)
+        place_start = time.perf_counter()
+        self.read_bytes = _place_lazy_args(self.plan, values)
         self.place_seconds = self.plan.place()
-        self.read_seconds = time.perf_counter() - read_start
+        self.read_seconds = read_seconds + time.perf_counter() - place_start
         self._settled = None
 
     def execute(self) -> tuple[object, float]:
@@ -219,31 +225,66 @@ class PlannedRun:
         )
 
 
-def _read_lazy_args(plan: Plan) -> int:
-    """Replaces each call's lazy arguments by their data, each leaf read once; data bound
+_ALIAS_MAX = 4096
+"""Up to this many lazy leaves, `run` places each read leaf by `jax.device_put(...,
+may_alias=True)`, a list per device at once: ~50 us of Python per array here, and on the CPU
+no copy (the host buffer is used as it is). More go through `place`'s batched copies, which
+compile copy kernels (13 for a 196-tensor GPT-2-like pair: 0.35 s) and copy every byte."""
+
+
+def _start_reading(plan: Plan) -> Future | None:
+    """Starts reading the plan's lazy arguments (each leaf once) in a thread; its result is
+    `({leaf id: array}, seconds)`. None when there are none."""
+    lazy = {id(a): a for call in plan.calls for a in call.args if isinstance(a, LazyArray)}
+    if not lazy:
+        return None
+
+    def read():
+        start = time.perf_counter()
+        values = dict(zip(lazy, read_leaves(lazy.values()), strict=True))
+        return values, time.perf_counter() - start
+
+    future: Future = Future()
+
+    def work():
+        try:
+            future.set_result(read())
+        except BaseException as exc:  # raised in the caller, by `result()`
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="inspector-run-read", daemon=True).start()
+    return future
+
+
+def _place_lazy_args(plan: Plan, values: dict) -> int:
+    """Replaces each call's lazy arguments by their data (`values`, by leaf id); data bound
     for one device is put there now (aliased on the CPU), the rest is left to `place`.
     Returns the bytes read."""
     lazy = {id(a): a for call in plan.calls for a in call.args if isinstance(a, LazyArray)}
-    values = dict(zip(lazy, read_leaves(lazy.values()), strict=True))
-    if len(lazy) >= MANY:
-        # `device_put` costs 50-120 us of Python per array: thousands of leaves go through
-        # `place`'s batched copies instead (a copy each, but not seconds of Python)
+    if len(lazy) > _ALIAS_MAX:
         for call in plan.calls:
             call.args = [values.get(id(a), a) for a in call.args]
         return sum(a.nbytes for a in lazy.values())
-    moved = {}
+    wanted: dict[tuple, object] = {}  # (leaf id, device) -> None, in order
     for call in plan.calls:
-        args = []
         for j, a in enumerate(call.args):
             if id(a) in values:
                 target = call.target(j, plan.device)
                 if isinstance(target, jax.Device):
-                    key = (id(a), target)
-                    if key not in moved:
-                        moved[key] = jax.device_put(values[id(a)], target, may_alias=True)
-                    args.append(moved[key])
-                    continue
-                args.append(values[id(a)])
+                    wanted[id(a), target] = None
+    by_device: dict = {}
+    for key in wanted:
+        by_device.setdefault(key[1], []).append(key)
+    moved = {}
+    for target, keys in by_device.items():
+        placed = jax.device_put([values[k[0]] for k in keys], target, may_alias=True)
+        moved.update(zip(keys, placed, strict=True))
+    for call in plan.calls:
+        args = []
+        for j, a in enumerate(call.args):
+            if id(a) in values:
+                found = moved.get((id(a), call.target(j, plan.device)))
+                args.append(values[id(a)] if found is None else found)
             else:
                 args.append(a)
         call.args = args

@@ -1,25 +1,5 @@
-"""Building the structure of a large checkpoint without the cyclic garbage collector.
+"""`gc_paused` (moved to `inspector.core.gc_pause`, as `describe` pauses the collector too)."""
 
-Loading a header of 100,000 tensors makes about a million Python objects (parsed JSON, entries,
-lazy leaves, nested dicts), none of them garbage. Each few hundred allocations the collector
-walks the young objects and, ever more often, all of them: measured here, a third or more of
-`load`'s time on a 106,453-tensor file. The collector is paused for that build only.
-"""
+from inspector.core.gc_pause import gc_paused
 
-from __future__ import annotations
-
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pauses the cyclic garbage collector in the block (as it was before, after it)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+__all__ = ["gc_paused"]

@@ -20,11 +20,12 @@ import numpy as np
 
 from inspector.core import caches
 from inspector.core.errors import InspectorError, bullet_list
+from inspector.core.gc_pause import gc_paused
 from inspector.core.lazy import LazyArray
-from inspector.io import nesting, subbyte
-from inspector.io.gc_pause import gc_paused
+from inspector.io import nesting, safetensors_tree, subbyte
 from inspector.io.locate import locate
-from inspector.io.location import Location
+from inspector.io.location import LocalFile, Location
+from inspector.io.positioned_writer import PositionedWriter
 from inspector.io.replacing import replacing
 from inspector.io.safetensors_header import (  # noqa: F401 (read_header: this module's API too)
     CODES,
@@ -32,6 +33,7 @@ from inspector.io.safetensors_header import (  # noqa: F401 (read_header: this m
     MAX_HEADER_BYTES,
     TensorEntry,
     bits_of,
+    header_bytes,
     read_header,
     read_json,
 )
@@ -51,7 +53,12 @@ def load(path: str | os.PathLike | Location) -> dict:
     """
     location = locate(path)
     with gc_paused():  # 100k tensors make ~1M objects: no collector passes over them meanwhile
-        entries = read_header(location)
+        raw = header_bytes(location)
+        if isinstance(location, LocalFile):
+            tree = safetensors_tree.load_tree(location, raw)  # one pass, or None: careful path
+            if tree is not None:
+                return tree
+        entries = read_header(location, raw)
         return nesting.unflatten(_leaves(location, entries), location)
 
 
@@ -97,8 +104,15 @@ def save(flat: dict[str, Any], path: str | os.PathLike,
     with replacing(path) as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for name, leaf in flat.items():
-            f.write(_little_endian_bytes(leaf, specs[name]))
+        f.flush()
+        # each leaf's bytes go to its offset from a writer thread while the next leaf is
+        # read (a streamed op's output: computed) here
+        offset = 8 + len(text)
+        with PositionedWriter(f.fileno()) as writer:
+            for name, leaf in flat.items():
+                data = _little_endian_bytes(leaf, specs[name])
+                writer.put(offset, data)
+                offset += data.nbytes
 
 
 def _leaves(location: Location, entries: Iterable[TensorEntry]):

@@ -73,11 +73,13 @@ class TensorEntry:
     nbytes: int
 
 
-def read_header(path: str | os.PathLike | Location) -> list[TensorEntry]:
+def read_header(path: str | os.PathLike | Location,
+                raw: tuple[bytes, int, int] | None = None) -> list[TensorEntry]:
     """Returns the tensors a safetensors header declares, after checking it against the file.
 
     Args:
         path: a `.safetensors` file.
+        raw: `header_bytes(path)` when the caller read it already.
 
     Returns:
         One entry per tensor, in header order (`__metadata__` is skipped).
@@ -88,33 +90,12 @@ def read_header(path: str | os.PathLike | Location) -> list[TensorEntry]:
             file, overlaps another, or does not match its shape and dtype (all are listed).
     """
     path = locate(path)
-    size = path.size()
-    prefix = path.read(0, 8)
-    if len(prefix) < 8:
-        raise file_error(
-            path,
-            f"the file has {size} bytes, fewer than the 8-byte safetensors header length",
-            "The file is truncated; download or save it again.",
-        )
-    (header_len,) = struct.unpack("<Q", prefix)
-    if header_len > MAX_HEADER_BYTES:  # checked first, as the reference does
-        raise file_error(
-            path,
-            f"the safetensors header length is {header_len} bytes, above the "
-            f"{MAX_HEADER_BYTES}-byte limit",
-            "The file is not a safetensors file, or is damaged.",
-        )
-    if header_len > size - 8:
-        raise file_error(
-            path,
-            f"the safetensors header length is {header_len} bytes, larger than the "
-            f"{size - 8} bytes that follow it",
-            "The file is truncated or is not a safetensors file.",
-        )
-    header = read_json(path, header_len, "the safetensors header", path.read(8, 8 + header_len))
+    data, data_start, size = header_bytes(path) if raw is None else raw
+    header_len = data_start - 8
+    header = read_json(path, header_len, "the safetensors header", data)
     if not isinstance(header, dict):
         raise file_error(path, "the safetensors header is not a JSON object")
-    data_start, data_size = 8 + header_len, size - 8 - header_len
+    data_size = size - data_start
     entries, problems = [], []
     codes: dict[str, tuple[np.dtype, int]] = {}  # per header: a missing ml_dtypes still raises
     for name, spec in header.items():
@@ -139,6 +120,39 @@ def read_header(path: str | os.PathLike | Location) -> list[TensorEntry]:
             details=bullet_list(problems),
         )
     return entries
+
+
+def header_bytes(path: Location) -> tuple[bytes, int, int]:
+    """The header's JSON bytes, where the data section starts, and the file's size.
+
+    Raises:
+        LoadError: the file is shorter than 8 bytes or than its header length, or the length
+            is above `MAX_HEADER_BYTES`.
+    """
+    size = path.size()
+    prefix = path.read(0, 8)
+    if len(prefix) < 8:
+        raise file_error(
+            path,
+            f"the file has {size} bytes, fewer than the 8-byte safetensors header length",
+            "The file is truncated; download or save it again.",
+        )
+    (header_len,) = struct.unpack("<Q", prefix)
+    if header_len > MAX_HEADER_BYTES:  # checked first, as the reference does
+        raise file_error(
+            path,
+            f"the safetensors header length is {header_len} bytes, above the "
+            f"{MAX_HEADER_BYTES}-byte limit",
+            "The file is not a safetensors file, or is damaged.",
+        )
+    if header_len > size - 8:
+        raise file_error(
+            path,
+            f"the safetensors header length is {header_len} bytes, larger than the "
+            f"{size - 8} bytes that follow it",
+            "The file is truncated or is not a safetensors file.",
+        )
+    return path.read(8, 8 + header_len), 8 + header_len, size
 
 
 def _coverage(entries: list[TensorEntry], data_start: int, data_size: int) -> list[str]:

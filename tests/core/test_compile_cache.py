@@ -12,8 +12,15 @@ import json, jax.monitoring, numpy as np, inspector
 from inspector.core import compile_cache
 events = []
 jax.monitoring.register_event_listener(lambda name, **_: events.append(name))
-tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
-r = inspector.run(inspector.weighted_sum, [tree, tree], [0.5, 1.5], repeats=1)
+import os, sys
+# a checkpoint's lazy leaves of three shapes: a kernel each, compiled side by side
+# (`plan._compile_missing`), the path that once never switched the cache on
+tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32),
+        "s": np.ones((4, 1, 2), np.float32)}
+path = os.path.join(sys.argv[1], "t.safetensors")
+inspector.save(tree, path)
+lazy = inspector.load(path)
+r = inspector.run(inspector.weighted_sum, [lazy, lazy], [0.5, 1.5], repeats=1)
 print(json.dumps({"hits": events.count("/jax/compilation_cache/cache_hits"),
                   "misses": events.count("/jax/compilation_cache/cache_misses"),
                   "folder": str(compile_cache.enable()),
@@ -21,25 +28,26 @@ print(json.dumps({"hits": events.count("/jax/compilation_cache/cache_hits"),
 """
 
 
-def _run(env_value: str) -> dict:
+def _run(env_value: str, work) -> dict:
     env = dict(os.environ, INSPECTOR_COMPILATION_CACHE=env_value)
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                          text=True, check=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(work)], env=env,
+                          capture_output=True, text=True, check=True, timeout=120)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_second_process_compiles_nothing(tmp_path):
-    first = _run(str(tmp_path))
-    second = _run(str(tmp_path))
-    assert first["folder"] == second["folder"] == str(tmp_path)
+    first = _run(str(tmp_path / "cache"), tmp_path)
+    second = _run(str(tmp_path / "cache"), tmp_path)
+    assert first["folder"] == second["folder"] == str(tmp_path / "cache")
     # JAX reports a kernel loaded from disk as a hit (its backend-compile event fires alike)
     assert first["misses"] > 0 and first["hits"] == 0
     assert second["misses"] == 0 and second["hits"] == first["misses"]
-    assert any(tmp_path.iterdir())
+    assert first["misses"] >= 3  # one kernel per leaf shape, none of them missed
+    assert any((tmp_path / "cache").iterdir())
     expected = [[2.0 * v for v in range(3)], [2.0 * v for v in range(3, 6)]]
     assert first["w"] == second["w"] == expected
 
 
 def test_opt_out_leaves_jax_alone(tmp_path):
-    off = _run("0")
+    off = _run("0", tmp_path)
     assert off["folder"] == "None" and off["hits"] == off["misses"] == 0

@@ -151,3 +151,67 @@ def test_a_tree_of_many_small_leaves_goes_through_the_batched_placement(tmp_path
     for k in ("k0", "k299"):
         ref = 0.5 * va[k].astype(np.float64) + 0.25 * vb[k]
         np.testing.assert_allclose(np.asarray(r.result[k]), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_run_aliases_hundreds_of_read_leaves_on_the_cpu(tmp_path):
+    from inspector.core import runner
+
+    _, a, _ = _saved(tmp_path, 13, n=150, shape=(16, 8))  # 301 leaves a tree: 602 reads
+    _, b, _ = _saved(tmp_path, 14, n=150, shape=(16, 8))
+    cpu = jax.devices("cpu")[0]
+    plan = runner.as_op(inspector.weighted_sum).plan([a, b], [0.5, 0.5], device=cpu)
+    lazy = {id(x): x for call in plan.calls for x in call.args
+            if isinstance(x, inspector.LazyArray)}
+    assert len(lazy) == 602  # above the 256 that went through copy kernels before
+    values, _ = runner._start_reading(plan).result()
+    runner._place_lazy_args(plan, values)
+    placed = [x for call in plan.calls for x in call.args if isinstance(x, jax.Array)
+              and x.ndim > 0 and x.size > 2]
+    pointers = {v.ctypes.data for v in values.values()}
+    assert len(placed) == 2 * 150 * 2  # each tree's weights and biases, none copied
+    assert all(x.unsafe_buffer_pointer() in pointers for x in placed)
+
+
+def test_a_read_failing_while_kernels_compile_is_raised_and_the_trees_stay_usable(tmp_path):
+    va, a, _ = _saved(tmp_path, 15)
+    _, b, path_b = _saved(tmp_path, 16)
+    data = path_b.read_bytes()
+    with open(path_b, "r+b") as f:
+        f.truncate(len(data) - 100)
+    with pytest.raises(LoadError, match="shrank"):
+        inspector.run(inspector.weighted_sum, [a, b], [0.5, 0.5], repeats=1, warmup=0)
+    np.testing.assert_array_equal(np.asarray(a["layer2"]["w"]), va["layer2"]["w"])
+    path_b.write_bytes(data)  # repaired: the same lazy tree reads again
+    r = inspector.run(inspector.weighted_sum, [a, b], [1.0, 0.0], repeats=1, warmup=0)
+    np.testing.assert_array_equal(np.asarray(r.result["layer4"]["w"]), va["layer4"]["w"])
+
+
+def test_a_kernel_without_populate_write_still_gets_a_faulted_buffer(monkeypatch):
+    monkeypatch.setattr(host_read, "_MADVISE", lambda *args: -1)  # as on Linux < 5.14
+    monkeypatch.setitem(host_read._POPULATE_WRITE, "ok", True)
+    buffer = host_read.host_buffer(3 << 20)
+    assert host_read._POPULATE_WRITE["ok"] is False  # MAP_POPULATE from now on
+    buffer[:] = 7
+    assert buffer.size == 3 << 20 and buffer.ctypes.data % 4096 == 0 and int(buffer[-1]) == 7
+
+
+def test_a_large_old_file_replaced_is_freed_after_the_rename(tmp_path, monkeypatch):
+    import threading
+
+    from inspector.io import replacing
+
+    monkeypatch.setattr(replacing, "HOLD_BYTES", 1024)
+    _, a, _ = _saved(tmp_path, 17)
+    _, b, _ = _saved(tmp_path, 18)
+    out = tmp_path / "out" / "m.safetensors"
+    out.parent.mkdir()
+    out.write_bytes(b"old" * 1000)
+    fds = len(os.listdir("/proc/self/fd"))
+    merged = inspector.weighted_sum([a, b], [1.0, 0.0], out=out)
+    for t in threading.enumerate():
+        if t.name == "inspector-free-old":
+            t.join()
+    assert len(os.listdir("/proc/self/fd")) == fds  # the old file's descriptor is closed
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.safetensors"]
+    np.testing.assert_array_equal(np.asarray(merged["layer0"]["w"]), np.asarray(a["layer0"]["w"]))
+

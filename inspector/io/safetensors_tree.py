@@ -1,0 +1,164 @@
+"""The tree of a well-formed local safetensors file, built in one pass (issue 26).
+
+A header of 106,453 tensors (DeepSeek-V3 and its kin have 76k-96k) is 8 MB of JSON. Parsing
+it with the standard `json` module is the floor; everything else `load` does per tensor (a
+duplicate-key hook for every JSON object, a `TensorEntry`, per-field checks, a reader, a
+`LazyArray`, a walk to nest its dotted key) cost 3-5x that. Here the header is parsed by plain
+`json.loads`, and one loop makes each tensor's leaf and puts it in its parent dict (one lookup
+of its key's prefix); the checks the reference makes are done afterwards over columns:
+
+- no repeated key anywhere: the parsed header holds exactly as many strings as the text has
+  quote pairs (a repeated key, which `json` drops, leaves more quotes than strings);
+- shapes and offsets are lists of non-negative ints (`set(map(type, ...))` over all of them);
+- each tensor's byte count matches its shape (in the loop: one product per tensor);
+- the tensors, ordered by offsets, tile the data section exactly (NumPy over two columns).
+
+Anything else (an escaped quote, a field beyond the three, a packed F4/F6 tensor, a clash of
+keys, any check failing) returns None, and `load` takes the careful path of
+`safetensors_header.read_header`, which names every problem. The leaves are `LazyArray`s with the
+same fields as that path makes; those read in place (`region`) have no reader object.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from inspector.core.lazy import LazyArray
+from inspector.io import subbyte
+from inspector.io.dtypes import dtype_from_name
+from inspector.io.location import LocalFile
+from inspector.io.nesting import _container
+from inspector.io.regions import _Mapped
+from inspector.io.safetensors_header import DTYPE_NAMES
+
+
+class _Careful(Exception):
+    """Raised inside the pass: leave it to the careful path."""
+
+
+def load_tree(location: LocalFile, raw: tuple[bytes, int, int]) -> dict | None:
+    """The nested dicts of `LazyArray` of a well-formed file, or None (see the module doc).
+
+    Args:
+        location: the local file.
+        raw: `safetensors_header.header_bytes(location)`.
+    """
+    data, data_start, size = raw
+    try:
+        header = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    metadata = header.pop("__metadata__", None)
+    try:
+        root, dims, begins, ends = _build(header, location.name, data_start)
+    except (_Careful, KeyError, TypeError, ValueError):
+        return None
+    strings = 5 * len(header) + (0 if metadata is None else 1 + _strings(metadata))
+    if data.count(b'"') != 2 * strings:
+        return None  # a repeated key (or an escaped quote): the careful path says which
+    if not _columns_ok(dims, begins, ends, size - data_start):
+        return None
+    return root
+
+
+def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, list]:
+    kinds: dict[Any, tuple] = {}  # per header, as the careful path: a missing ml_dtypes raises
+    shapes: dict[tuple, tuple] = {}
+    prefix = f"{path}:"
+    root: dict = {}
+    containers: dict[str, dict] = {}
+    dims: list = []
+    begins: list = []
+    ends: list = []
+    new, lazy, prod = object.__new__, LazyArray, math.prod
+    extend, add_begin, add_end = dims.extend, begins.append, ends.append
+    for name, spec in header.items():
+        if len(spec) != 3:
+            raise _Careful
+        shape = tuple(spec["shape"])
+        extend(shape)  # as written: (2.0,) == (2,), and the shared one may be the other
+        shape = shapes.setdefault(shape, shape)  # experts share shapes: fewer live objects
+        begin, end = spec["data_offsets"]
+        kind = kinds.get(spec["dtype"])
+        if kind is None:
+            kind = kinds[spec["dtype"]] = _kind(spec["dtype"])
+        stored, native, itemsize, in_place = kind
+        nbytes = prod(shape) * itemsize
+        if end - begin != nbytes:
+            raise _Careful
+        add_begin(begin)
+        add_end(end)
+        offset = data_start + begin
+        leaf = new(lazy)
+        if in_place and nbytes:  # read by its region (`LazyArray._mapped`): no reader object
+            leaf.region, leaf._reader = (path, offset), None
+        else:
+            leaf.region, leaf._reader = None, _Mapped(path, offset, stored, shape, "C")
+        leaf.shape, leaf.dtype, leaf.source, leaf._cache, leaf._value = (
+            shape, native, prefix + name, False, None)
+        leaf.sharding = leaf.quant = None
+        parent, dot, key = name.rpartition(".")
+        node = containers.get(parent) if dot else root
+        if node is None:  # a new parent: most often its own parent is there already
+            grand, dot, last = parent.rpartition(".")
+            up = containers.get(grand) if dot else root
+            if up is not None and last not in up:
+                node = up[last] = containers[parent] = {}
+            else:
+                node = _container(root, containers, parent, ".")
+                if node is None:
+                    raise _Careful
+        if key in node:
+            raise _Careful
+        node[key] = leaf
+    return root, dims, begins, ends
+
+
+def _kind(code: Any) -> tuple[np.dtype, np.dtype, int, bool]:
+    """A dtype code's stored dtype, native dtype, item size and whether it reads in place;
+    once per code and header. Packed F4 / F6 codes and unknown ones go the careful way."""
+    if type(code) is not str or code not in DTYPE_NAMES:
+        raise _Careful
+    dtype = dtype_from_name(DTYPE_NAMES[code])
+    if dtype.name in subbyte.BITS:
+        raise _Careful
+    stored = dtype.newbyteorder("<")
+    native = stored.newbyteorder("=")
+    return stored, native, stored.itemsize, stored.byteorder in "=|" or stored.isnative
+
+
+def _strings(value: Any) -> int:
+    """How many JSON strings (keys included) `value` holds."""
+    if isinstance(value, str):
+        return 1
+    if isinstance(value, dict):
+        return len(value) + sum(_strings(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_strings(v) for v in value)
+    return 0
+
+
+def _columns_ok(dims: list, begins: list, ends: list, data_size: int) -> bool:
+    """Every dim and offset a non-negative int (never a bool or float), each range in order,
+    and the ranges ordered by offsets tiling the data section exactly."""
+    if not begins:
+        return data_size == 0
+    for column in (dims, begins, ends):
+        if column and (set(map(type, column)) != {int} or min(column) < 0):
+            return False
+    if max(ends) >= 2**63:
+        return False
+    begin = np.array(begins, np.int64)
+    end = np.array(ends, np.int64)
+    if (begin > end).any():
+        return False
+    order = np.lexsort((end, begin))
+    begin, end = begin[order], end[order]
+    return bool(begin[0] == 0 and end[-1] == data_size and (begin[1:] == end[:-1]).all())
+
