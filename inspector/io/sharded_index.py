@@ -20,9 +20,9 @@ from pathlib import Path
 
 from inspector.core import caches
 from inspector.core.errors import InspectorError, bullet_list
+from inspector.core.gc_pause import gc_paused
 from inspector.io import nesting
 from inspector.io.file_error import file_error
-from inspector.io.gc_pause import gc_paused
 from inspector.io.limits import confined
 from inspector.io.locate import locate
 from inspector.io.location import LocalFile, Location
