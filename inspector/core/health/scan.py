@@ -23,6 +23,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
 from inspector.core.health.aggregate import columns, combine
+from inspector.core.health.host_scan import host_figures, host_rows, segments
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
 from inspector.core.health.leaf_stats import LeafStats, LeafTable
@@ -192,6 +193,14 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         if work is None:
             continue
         size = int(buffer.size)
+        if _on_host(buffer, work, device):
+            points, start, stop = _host_segments(info, group, size)
+            rows = host_rows(np.asarray(buffer).reshape(-1), points)
+            figures = host_figures(rows, start, stop)
+            for k, col in cols.items():
+                col[members] = figures[k]
+            scanned[members] = True
+            continue
         block = block_for(layout.sizes[group], len(members))
         start, stop, row, lo, hi, pieces = leaf_rows(offsets, sizes, size, block)
         rows = np.zeros((0, N_FIGURES))
@@ -216,6 +225,24 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         return table, []
     return table.select(np.flatnonzero(scanned)), [p for p, ok in zip(paths, scanned.tolist(),
                                                                       strict=True) if not ok]
+
+
+def _on_host(buffer, work: str, device) -> bool:
+    """Whether a buffer is reduced by NumPy where it lies (`host_scan.py`): float32 on the
+    CPU, scanned on the CPU."""
+    if work != "float32" or device.platform != "cpu" or np.dtype(buffer.dtype) != np.float32:
+        return False
+    return not isinstance(buffer, jax.Array) or all(d.platform == "cpu" for d in buffer.devices())
+
+
+def _host_segments(info: dict, group, size: int):
+    """`host_scan.segments` of one dtype group, computed once per layout and buffer size."""
+    cache = info.setdefault("host", {})
+    found = cache.get((group, size))
+    if found is None:
+        _, offsets, sizes = info["groups"][group]
+        found = cache[(group, size)] = segments(offsets, sizes, size)
+    return found
 
 
 @lru_cache(maxsize=64)
@@ -265,7 +292,11 @@ def _scan_plain(tree, device, progress):
     total = len(flat)
     for chunk in _chunks(todo):
         layout, leaves = plan_layout([leaf for _, leaf, _ in chunk])
-        buffers = {g: np.zeros(_bucket(n, 1 << 16), np.dtype(g)) for g, n in layout.sizes.items()}
+        # device buffers rounded up to a power of two (kernels shared between chunks); host
+        # buffers exact (nothing to compile, and no padding to reduce)
+        buffers = {g: np.zeros(n if _on_host(np.zeros(0, np.dtype(g)), work_dtype(g), device)
+                               else _bucket(n, 1 << 16), np.dtype(g))
+                   for g, n in layout.sizes.items()}
         for value, slot in zip(read_ahead(leaves), layout.slots, strict=True):
             buffers[slot.group][slot.offset:slot.offset + slot.size] = \
                 np.asarray(value).reshape(-1)
