@@ -113,9 +113,13 @@ def _one(y: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
         return
     whole = n - n % ROW
     rows = y[:whole].reshape(-1, ROW)
-    s = float((rows @ _ONES).sum(dtype=np.float64)) + float(y[whole:].sum(dtype=np.float64))
-    ss = float(_vecdot(rows, rows).sum(dtype=np.float64)) + \
-        float(np.dot(y[whole:].astype(np.float64), y[whole:]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = float((rows @ _ONES).sum(dtype=np.float64)) + float(y[whole:].sum(dtype=np.float64))
+        ss = float(_vecdot(rows, rows).sum(dtype=np.float64)) + \
+            float(np.dot(y[whole:].astype(np.float64), y[whole:]))
+    if not (np.isfinite(s) and np.isfinite(ss)):  # float32 overflow (|x| > 1.8e19)
+        _careful(y, np.zeros(1, np.intp), out[None])
+        return
     if ss > 4 * (ss - s * s / n):  # mean large against the spread: sum about the mean
         c = np.float32(s / n)
         d = np.subtract(y, c, out=scratch[:n])
@@ -141,9 +145,13 @@ def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarra
     out[~spread, SHIFT] = lo[~spread]
     if not spread.any():
         return
-    s = np.add.reduceat(y, starts).astype(np.float64)
-    sq = np.multiply(y, y, out=scratch[:y.size])
-    ss = np.add.reduceat(sq, starts).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.add.reduceat(y, starts).astype(np.float64)
+        sq = np.multiply(y, y, out=scratch[:y.size])
+        ss = np.add.reduceat(sq, starts).astype(np.float64)
+    if not (np.isfinite(s).all() and np.isfinite(ss).all()):  # float32 overflow
+        _careful(y, starts, out)
+        return
     with np.errstate(invalid="ignore", divide="ignore"):
         far = spread & (ss > 4 * (ss - s * s / n))
     if far.any():  # these segments again, about their own mean

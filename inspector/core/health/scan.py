@@ -22,8 +22,8 @@ import numpy as np
 
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
+from inspector.core.health import host_scan
 from inspector.core.health.aggregate import columns, combine
-from inspector.core.health.host_scan import host_figures, host_rows, segments
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
 from inspector.core.health.leaf_stats import LeafStats, LeafTable
@@ -195,8 +195,8 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         size = int(buffer.size)
         if _on_host(buffer, work, device):
             points, start, stop = _host_segments(info, group, size)
-            rows = host_rows(np.asarray(buffer).reshape(-1), points)
-            figures = host_figures(rows, start, stop)
+            rows = host_scan.host_rows(np.asarray(buffer).reshape(-1), points)
+            figures = host_scan.host_figures(rows, start, stop)
             for k, col in cols.items():
                 col[members] = figures[k]
             scanned[members] = True
@@ -238,10 +238,11 @@ def _on_host(buffer, work: str, device) -> bool:
 def _host_segments(info: dict, group, size: int):
     """`host_scan.segments` of one dtype group, computed once per layout and buffer size."""
     cache = info.setdefault("host", {})
-    found = cache.get((group, size))
+    key = (group, size, host_scan.CHUNK)
+    found = cache.get(key)
     if found is None:
         _, offsets, sizes = info["groups"][group]
-        found = cache[(group, size)] = segments(offsets, sizes, size)
+        found = cache[key] = host_scan.segments(offsets, sizes, size)
     return found
 
 
