@@ -26,16 +26,6 @@ ROW = 1024
 _vecdot = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a, b))
 
 
-def _dot(u: np.ndarray, v: np.ndarray) -> float:
-    """`<u, v>` of float32 vectors: BLAS products of rows of `ROW`, added in float64."""
-    whole = u.size - u.size % ROW
-    total = float(np.dot(u[whole:].astype(np.float64), v[whole:]))
-    if whole:
-        rows = _vecdot(u[:whole].reshape(-1, ROW), v[:whole].reshape(-1, ROW))
-        total += float(rows.sum(dtype=np.float64))
-    return total
-
-
 def host_steps(leaves: list[np.ndarray], paired: list[bool]) -> np.ndarray:
     """Returns `(len(leaves), 8)` step figures of one key path's float32 leaves at successive
     steps (`paired[t]`: leaf t is compared with leaf t - 1, same shape), computed chunk-major:
@@ -70,27 +60,48 @@ def _steps(flat, paired, first: int, stop: int):
 
 
 def _steps_quiet(flat, paired, first: int, stop: int):
-    bits = [x.view(np.uint32) for x in flat]
+    # each leaf as rows of ROW elements (its tail apart); BLAS writes each row's product into
+    # a per-leaf row vector, added in float64 once at the end (no sum call per chunk)
+    n_rows = [x.size // ROW for x in flat]
+    rows = [x[:k * ROW].reshape(k, ROW) for x, k in zip(flat, n_rows, strict=True)]
+    bits = [x.view(np.uint32) for x in rows]
+    sq = [np.zeros(k, np.float32) for k in n_rows]
+    dsq = [np.zeros(k, np.float32) for k in n_rows]
+    xy = [np.zeros(k, np.float32) for k in n_rows]
     out = np.zeros((len(flat), 8))
     high = np.full(len(flat), -np.inf)
     low = np.full(len(flat), np.inf)
-    d = np.empty(CHUNK, np.float32)
-    for start in range(first * CHUNK, stop * CHUNK, CHUNK):
-        end = start + CHUNK
-        chunk_sq = 0.0  # the step before's sum of squares over this chunk
-        for t, b in enumerate(flat):
-            if start >= b.size:
+    per = CHUNK // ROW
+    d = np.empty((per, ROW), np.float32)
+    for r0 in range(first * per, stop * per, per):
+        r1 = r0 + per
+        for t, b in enumerate(rows):
+            if r0 >= n_rows[t]:
                 continue
-            y = b[start:end]
-            f = out[t]
-            before, chunk_sq = chunk_sq, _dot(y, y)
-            f[0] += chunk_sq
-            high[t], low[t] = max(high[t], float(y.max())), min(low[t], float(y.min()))
+            y = b[r0:r1]
+            _vecdot(y, y, out=sq[t][r0:r1])
+            high[t], low[t] = max(high[t], y.max()), min(low[t], y.min())
             if paired[t]:
-                x = flat[t - 1][start:end]
-                dd = np.subtract(y, x, out=d[:y.size])
-                f[3] += _dot(dd, dd)
-                f[4] += before  # dot(x, x): the same sum of the same chunk, a step ago
-                f[5] += _dot(x, y)
-                f[6] += float(np.count_nonzero(bits[t - 1][start:end] != bits[t][start:end]))
+                x = rows[t - 1][r0:r1]
+                dd = np.subtract(y, x, out=d[:len(y)])
+                _vecdot(dd, dd, out=dsq[t][r0:r1])
+                _vecdot(x, y, out=xy[t][r0:r1])
+                out[t, 6] += np.count_nonzero(bits[t - 1][r0:r1] != bits[t][r0:r1])
+    for t, b in enumerate(flat):
+        f = out[t]
+        f[0] = sq[t].sum(dtype=np.float64)
+        if paired[t]:
+            f[3] = dsq[t].sum(dtype=np.float64)
+            f[4] = sq[t - 1].sum(dtype=np.float64)  # the step before's, over the same rows
+            f[5] = xy[t].sum(dtype=np.float64)
+        if first * per <= n_rows[t] < stop * per and b.size > n_rows[t] * ROW:  # the tail
+            y = b[n_rows[t] * ROW:].astype(np.float64)
+            f[0] += y @ y
+            high[t], low[t] = max(high[t], y.max()), min(low[t], y.min())
+            if paired[t]:
+                x = flat[t - 1][n_rows[t] * ROW:]
+                f[3] += (y - x) @ (y - x)
+                f[4] += x.astype(np.float64) @ x
+                f[5] += x @ y
+                f[6] += np.count_nonzero(x.view(np.uint32) != b[n_rows[t] * ROW:].view(np.uint32))
     return out, high, low
