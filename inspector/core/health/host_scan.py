@@ -138,11 +138,13 @@ def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarra
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
         _careful(y, starts, out)
         return
-    if np.count_nonzero(y == 0):
-        out[:, ZEROS] = np.bincount(np.searchsorted(starts, np.flatnonzero(y == 0), "right") - 1,
-                                    minlength=len(starts))
     spread = lo != hi
     out[~spread, SHIFT] = lo[~spread]
+    out[~spread, ZEROS] = np.where(lo[~spread] == 0, n[~spread], 0)  # constant segments
+    if (spread & (lo <= 0) & (hi >= 0)).any() and np.count_nonzero(y == 0):
+        zeros = np.bincount(np.searchsorted(starts, np.flatnonzero(y == 0), "right") - 1,
+                            minlength=len(starts))
+        out[spread, ZEROS] = zeros[spread]
     if not spread.any():
         return
     with np.errstate(over="ignore", invalid="ignore"):
@@ -192,20 +194,23 @@ def host_figures(rows: np.ndarray, start: np.ndarray, stop: np.ndarray) -> dict[
     through `leaf_figures` over their own rows only (100k small leaves: 2-3x faster)."""
     start, stop = np.asarray(start, np.int64), np.asarray(stop, np.int64)
     one = stop - start == 1
-    r = rows[start[one]]
-    n = r[:, COUNT]
+    # every leaf as if it were its first segment (then the others are replaced): (10, leaves),
+    # gathered as columns of the column-major table
+    r = rows.T[:, np.minimum(start, max(len(rows) - 1, 0))] if len(rows) else \
+        np.zeros((10, len(start)))
+    n = r[COUNT]
     has = n > 0
     safe = np.where(has, n, 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        total = np.where(has, n * r[:, SHIFT] + r[:, SUM_D], 0.0)
-        m2 = np.where(has, np.maximum(r[:, SUM_DD] - r[:, SUM_D] ** 2 / safe, 0.0), 0.0)
+        total = np.where(has, n * r[SHIFT] + r[SUM_D], 0.0)
+        m2 = np.where(has, np.maximum(r[SUM_DD] - r[SUM_D] ** 2 / safe, 0.0), 0.0)
         mean = np.where(has, total / safe, np.nan)
         std = np.where(has, np.sqrt(m2 / safe), np.nan)
         l2 = np.sqrt(m2 + total ** 2 / safe)
-    lo = np.where(has, r[:, MIN], np.nan)
-    hi = np.where(has, r[:, MAX], np.nan)
-    single = {"n_finite": n, "zeros": r[:, ZEROS], "nan": r[:, NAN], "posinf": r[:, POSINF],
-              "neginf": r[:, NEGINF], "min": lo, "max": hi, "mean": mean, "std": std, "l2": l2,
+    lo = np.where(has, r[MIN], np.nan)
+    hi = np.where(has, r[MAX], np.nan)
+    single = {"n_finite": n, "zeros": r[ZEROS], "nan": r[NAN], "posinf": r[POSINF],
+              "neginf": r[NEGINF], "min": lo, "max": hi, "mean": mean, "std": std, "l2": l2,
               "max_abs": np.fmax(np.abs(lo), np.abs(hi)), "m2": m2, "sum": total}
     if one.all():
         return single
@@ -216,10 +221,6 @@ def host_figures(rows: np.ndarray, start: np.ndarray, stop: np.ndarray) -> dict[
     take = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(start[other] - ends + lens,
                                                                       lens)
     rest = leaf_figures(rows[take], ends - lens, ends, np.zeros((len(other), 0), np.int64))
-    out = {}
     for k, v in single.items():
-        col = np.empty(len(start))
-        col[one] = v
-        col[other] = rest[k]
-        out[k] = col
-    return out
+        v[other] = rest[k]
+    return single
