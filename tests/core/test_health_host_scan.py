@@ -44,9 +44,17 @@ def leaves(tree) -> dict:
     return {jax.tree_util.keystr(p): np.asarray(x) for p, x in flat}
 
 
-def test_host_scan_matches_numpy_float64_at_chunk_boundaries(small_chunks):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_host_scan_matches_numpy_float64_at_chunk_boundaries(small_chunks, dtype):
+    import jax
+    import ml_dtypes
+
     tree = faulty_tree(np.random.default_rng(0), SMALL)
+    if dtype != "float32":  # 16-bit floats: widened to float32 a chunk at a time
+        tree = jax.tree.map(lambda x: np.asarray(x).astype(
+            ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16), tree)
     packed = inspector.pack(tree)
+    assert set(packed.buffers) == {dtype}
     s = inspector.scan(packed)
     for stats in s.leaves:
         assert_figures(stats, leaves(tree)[stats.path])

@@ -228,9 +228,10 @@ def _scan_packed(tree: PackedTree, device, paths=None):
 
 
 def _on_host(buffer, work: str, device) -> bool:
-    """Whether a buffer is reduced by NumPy where it lies (`host_scan.py`): float32 on the
-    CPU, scanned on the CPU."""
-    if work != "float32" or device.platform != "cpu" or np.dtype(buffer.dtype) != np.float32:
+    """Whether a buffer is reduced by NumPy where it lies (`host_scan.py`): float32 (or
+    16-bit floats) on the CPU, scanned on the CPU."""
+    if work != "float32" or device.platform != "cpu" or \
+            np.dtype(buffer.dtype).name not in host_scan.HOST_DTYPES:
         return False
     return not isinstance(buffer, jax.Array) or all(d.platform == "cpu" for d in buffer.devices())
 
