@@ -28,6 +28,7 @@ from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kerne
 from inspector.core.health.layout_rows import block_for, leaf_rows
 from inspector.core.health.leaf_stats import LeafStats, LeafTable
 from inspector.core.health.partials import leaf_figures
+from inspector.core.health.quantized import dequantized_view, has_groups
 from inspector.core.lazy import read_ahead
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import PackedTree, plan_layout
@@ -131,12 +132,13 @@ def scan(tree, device=None, progress: Callable[[int, int], None] | None = None) 
     """
     start_time = time.perf_counter()
     device = resolve_device(device)
-    if isinstance(tree, PackedTree) and not tree.layout.lead:
+    if isinstance(tree, PackedTree) and not tree.layout.lead and not has_groups(tree):
         leaves, skipped = _scan_packed(tree, device)
     else:
         if isinstance(tree, PackedTree):
             tree = tree.unpack()
-        leaves, skipped = _scan_plain(tree, device, progress)
+        # quantized weights scanned as their values, one group at a time (quantized.py)
+        leaves, skipped = _scan_plain(dequantized_view(tree), device, progress)
     if progress is not None:
         progress(len(leaves) + len(skipped), len(leaves) + len(skipped))
     return Scan(leaves, tuple(skipped), time.perf_counter() - start_time)
