@@ -199,8 +199,11 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             points, start, stop = _host_segments(info, group, size)
             rows = host_scan.host_rows(np.asarray(buffer).reshape(-1), points)
             figures = host_scan.host_figures(rows, start, stop)
-            for k, col in cols.items():
-                col[members] = figures[k]
+            if len(members) == n_slots:  # one group holds every leaf, in order
+                cols.update({k: figures[k] for k in cols})
+            else:
+                for k, col in cols.items():
+                    col[members] = figures[k]
             scanned[members] = True
             continue
         block = block_for(layout.sizes[group], len(members))
