@@ -1,4 +1,5 @@
-"""The scan's row partials of a float32 buffer on the CPU, computed by NumPy where it lies.
+"""The scan's row partials of a float32 (or 16-bit float) buffer on the CPU, computed by NumPy
+where it lies.
 
 XLA's CPU backend reduces at 1-2 GB/s when a reduction has any elementwise producer fused into
 it, and runs every figure as its own loop over the data (measured here on 1e8 float32: one
@@ -14,14 +15,16 @@ is a run of whole segments (no masked pieces). Per segment, the ten partials of 
 (`n, shift, sum d, sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
 
 - min, max: `np.minimum/maximum.reduceat`; a NaN or Inf shows in them (NaN propagates), and
-  only such segments go through the careful pass (`_careful`, float64, masked);
+  only a chunk holding one (or whose float32 sums overflow) goes through the careful pass
+  (`_careful`: float64, NaN/Inf counted and left out of the moments);
 - sums and sums of squares in float32, pairwise (`np.add.reduceat`), or for a chunk that is one
   segment as BLAS products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added
   in float64: error ~1e-7 relative;
 - shift 0, unless the segment's mean is large against its spread (`sum x^2 > 4 M2`), where the
   unshifted `M2 = sum x^2 - (sum x)^2 / n` would lose digits: those segments are summed again
   about their own mean (rounded to float32); a constant segment (`min == max`) needs neither;
-- zeros: one `count_nonzero` of `x == 0` per chunk, spread over segments only when non-zero.
+- zeros: a constant segment's from its value; else one `count_nonzero` of `x == 0` per chunk
+  where a segment spans 0, spread over the segments only when some are found.
 """
 
 from __future__ import annotations
