@@ -1,12 +1,13 @@
 """`scan(tree)`: every leaf's NaN/Inf/zero counts, range, moments and norms, in one pass.
 
-A packed tree is scanned with one kernel per dtype over its flat buffer (`kernels.py`: rows of
-a fixed length, reduced once; `layout_rows.py`: which rows and masked pieces make each leaf);
-plain and lazy trees with one kernel per distinct (leaf size, dtype), leaves batched as the
-ops batch them and lazy leaves read one at a time as their kernel runs (`plan.Plan`), so a
-checkpoint larger than memory is scanned holding a few leaves. Row partials are combined per
-leaf (and per subtree) on the host in float64 (`partials.py`).
-"""
+A packed tree is scanned per dtype buffer: on the CPU, float32 and 16-bit float buffers by
+NumPy where they lie (`host_scan.py`: chunks cut at leaf boundaries, two threads); elsewhere
+with one kernel per dtype over the flat buffer (`kernels.py`: rows of a fixed length, reduced
+once; `layout_rows.py`: which rows and masked pieces make each leaf). Plain and lazy trees are
+gathered a chunk at a time into such buffers, lazy leaves read one at a time, so a checkpoint
+larger than memory is scanned holding a chunk; quantized groups are scanned as their
+dequantized values (`quantized.py`). Partials are combined per leaf (and per subtree) on the
+host in float64 (`partials.py`)."""
 
 from __future__ import annotations
 
