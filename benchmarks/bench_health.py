@@ -8,8 +8,9 @@ Prints (issue 24 targets in brackets; `--quick`: small sizes, a smoke run):
    on the device: GB/s = bytes read / time, median (min-max) over the timed runs, and its ratio
    to the reference of `bandwidth.py` (the best median of three 256 MiB copies, sampled
    between the scan's own runs) [>= 0.5 on the CPU, >= 0.7 on a GPU];
-2. `many`: `scan` of 100,000 small leaves packed (a `leaf_count_tree`), once compiled: median
-   ms (min-max) [<= 50 ms], and the compilations of the first and the later scans;
+2. `many`: `scan` of 100,000 small leaves packed (a `leaf_count_tree`: constant leaves; then
+   the same shapes with random values), once compiled: median ms (min-max) [<= 50 ms], and the
+   compilations of the first and the later scans;
 3. `timeline`: 8 safetensors checkpoints of `--mb` MB each on disk: `inspector.timeline` of
    the folder against reading every leaf of every file once through `inspector.load` (and the
    raw file bytes), in the same run [<= 1.3x]; the peak resident memory above the baseline
@@ -69,7 +70,15 @@ def bench_scan(n_params: float, rounds: int) -> None:
 
 
 def bench_many(n_leaves: int, repeats: int) -> None:
-    tree = on_device(leaf_count_tree(n_leaves))
+    bench_many_of(leaf_count_tree(n_leaves), repeats, "")
+    # the same shapes with random values: constant leaves (the tree above) skip the sums
+    rng = np.random.default_rng(0)
+    bench_many_of(jax.tree.map(lambda x: rng.standard_normal(x.shape, np.float32),
+                               leaf_count_tree(n_leaves)), repeats, ", random values")
+
+
+def bench_many_of(tree, repeats: int, what: str) -> None:
+    tree = on_device(tree)
     before = inspector.compile_count()
     inspector.scan(tree)
     first = inspector.compile_count() - before
@@ -80,7 +89,7 @@ def bench_many(n_leaves: int, repeats: int) -> None:
         inspector.scan(tree)
         times.append(time.perf_counter() - start)
     later = inspector.compile_count() - before
-    print(f"scan, {tree.n_leaves:,} small leaves packed ({tree.nbytes / 1e6:.0f} MB): "
+    print(f"scan, {tree.n_leaves:,} small leaves packed ({tree.nbytes / 1e6:.0f} MB{what}): "
           f"{spread(times)} per scan   [<= 50 ms]; compilations: first {first}, "
           f"later {later}")
 

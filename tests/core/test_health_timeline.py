@@ -181,6 +181,32 @@ def test_host_steps_chunk_by_chunk_match_numpy_float64():
     assert got[2, 0] == pytest.approx(c64 @ c64, rel=1e-6) and got[2, 6] == 0
 
 
+def test_host_steps_split_between_threads_match_numpy_float64(monkeypatch):
+    """Chunks of 2,048 elements: leaves of many chunks are split between the threads; the
+    tails (not a whole row of 1,024) and a leaf shorter than a row are summed apart."""
+    from inspector.core.health import host_step
+
+    monkeypatch.setattr(host_step, "CHUNK", 2048)
+    rng = np.random.default_rng(8)
+    n = 9 * 2048 + 1500  # ten chunks, the last one with a tail of 476 after its row
+    a = (rng.standard_normal(n) + 3).astype(np.float32)
+    b = a + np.float32(1e-3) * rng.standard_normal(n).astype(np.float32)
+    b[: 3000] = a[: 3000]
+    c = b.copy()
+    c[-1] = c[-1] + 1  # only the tail's last element changed
+    d = rng.standard_normal(300).astype(np.float32)  # shorter than a row, not paired
+    got = host_step.host_steps([a, b, c, d], [False, True, True, False])
+    for row, x, y in [(got[1], a, b), (got[2], b, c)]:
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        np.testing.assert_allclose(row[[0, 3, 4, 5]], [y64 @ y64, (y64 - x64) @ (y64 - x64),
+                                                       x64 @ x64, x64 @ y64], rtol=1e-6)
+        assert row[1] == np.abs(y).max() and row[6] == np.count_nonzero(
+            x.view(np.uint32) != y.view(np.uint32))
+    assert got[2, 6] == 1 and got[0, 0] == pytest.approx(float(a.astype(np.float64) @ a), 1e-7)
+    assert got[3, 0] == pytest.approx(float(d.astype(np.float64) @ d), rel=1e-7)
+    assert got[3, 1] == np.abs(d).max()
+
+
 def test_one_checkpoint_path_is_one_step(tmp_path):
     """A single file (not a folder of steps) is one source, not a list of its characters."""
     path = tmp_path / "ckpt_100.safetensors"

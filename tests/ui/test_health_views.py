@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from inspector.ui.health_view import HealthView
 from inspector.ui.session.state import InspectorState
@@ -67,6 +68,29 @@ def test_timeline_of_loaded_trees_and_a_picked_cell_opens_the_comparison():
     view.tap(NAN_LEAF, 2)
     assert (state.compare.diff_a, state.compare.diff_b) == ("step 2", "step 3")
     assert state.tree_views["diff"].path == NAN_LEAF and shown
+
+
+def test_a_pick_while_the_comparison_is_built_keeps_its_leaf_selected():
+    """In the app the comparison runs after the pick (a background task): its result must
+    not clear the leaf the pick selected meanwhile, and that leaf's values are read."""
+    state = _state()
+    names = [state.add_tree(f"step {i + 1}", tree, "test") for i, tree in
+             enumerate(planted_run()[:3])]
+    view = TimelineView(state)
+    state.health.param.update(timeline_trees=names, depth=2)
+    state.health.open_timeline = True
+    view._update()
+    state.busy = True  # another task is running: the comparison waits in the queue
+    view.tap("['enc']['moving']", 2)
+    assert state.compare.diff_result is None and state.tree_views["diff"].path
+    state.busy = False
+    state.worker._next()  # the comparison, then the values of the picked leaf
+    state.worker._next()
+    assert state.compare.diff_result is not None
+    assert state.tree_views["diff"].path == "['enc']['moving']"
+    a, b = (planted_run()[k]["enc"]["moving"].astype(np.float64) for k in (1, 2))
+    assert state.compare.diff_values["['enc']['moving']"][0] == pytest.approx(
+        np.abs(b - a).max(), rel=1e-6)
 
 
 def test_timeline_of_a_folder_opens_steps_when_picked(tmp_path):

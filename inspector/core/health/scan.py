@@ -1,12 +1,13 @@
 """`scan(tree)`: every leaf's NaN/Inf/zero counts, range, moments and norms, in one pass.
 
-A packed tree is scanned with one kernel per dtype over its flat buffer (`kernels.py`: rows of
-a fixed length, reduced once; `layout_rows.py`: which rows and masked pieces make each leaf);
-plain and lazy trees with one kernel per distinct (leaf size, dtype), leaves batched as the
-ops batch them and lazy leaves read one at a time as their kernel runs (`plan.Plan`), so a
-checkpoint larger than memory is scanned holding a few leaves. Row partials are combined per
-leaf (and per subtree) on the host in float64 (`partials.py`).
-"""
+A packed tree is scanned per dtype buffer: on the CPU, float32 and 16-bit float buffers by
+NumPy where they lie (`host_scan.py`: chunks cut at leaf boundaries, two threads); elsewhere
+with one kernel per dtype over the flat buffer (`kernels.py`: rows of a fixed length, reduced
+once; `layout_rows.py`: which rows and masked pieces make each leaf). Plain and lazy trees are
+gathered a chunk at a time into such buffers, lazy leaves read one at a time, so a checkpoint
+larger than memory is scanned holding a chunk; quantized groups are scanned as their
+dequantized values (`quantized.py`). Partials are combined per leaf (and per subtree) on the
+host in float64 (`partials.py`)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,13 @@ import numpy as np
 
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
+from inspector.core.health import host_scan
 from inspector.core.health.aggregate import columns, combine
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
 from inspector.core.health.leaf_stats import LeafStats, LeafTable
 from inspector.core.health.partials import leaf_figures
+from inspector.core.health.quantized import dequantized_view, has_groups
 from inspector.core.lazy import read_ahead
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import PackedTree, plan_layout
@@ -130,12 +133,13 @@ def scan(tree, device=None, progress: Callable[[int, int], None] | None = None) 
     """
     start_time = time.perf_counter()
     device = resolve_device(device)
-    if isinstance(tree, PackedTree) and not tree.layout.lead:
+    if isinstance(tree, PackedTree) and not tree.layout.lead and not has_groups(tree):
         leaves, skipped = _scan_packed(tree, device)
     else:
         if isinstance(tree, PackedTree):
             tree = tree.unpack()
-        leaves, skipped = _scan_plain(tree, device, progress)
+        # quantized weights scanned as their values, one group at a time (quantized.py)
+        leaves, skipped = _scan_plain(dequantized_view(tree), device, progress)
     if progress is not None:
         progress(len(leaves) + len(skipped), len(leaves) + len(skipped))
     return Scan(leaves, tuple(skipped), time.perf_counter() - start_time)
@@ -192,6 +196,17 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         if work is None:
             continue
         size = int(buffer.size)
+        if _on_host(buffer, work, device):
+            points, start, stop = _host_segments(info, group, size)
+            rows = host_scan.host_rows(np.asarray(buffer).reshape(-1), points)
+            figures = host_scan.host_figures(rows, start, stop)
+            if len(members) == n_slots:  # one group holds every leaf, in order
+                cols.update({k: figures[k] for k in cols})
+            else:
+                for k, col in cols.items():
+                    col[members] = figures[k]
+            scanned[members] = True
+            continue
         block = block_for(layout.sizes[group], len(members))
         start, stop, row, lo, hi, pieces = leaf_rows(offsets, sizes, size, block)
         rows = np.zeros((0, N_FIGURES))
@@ -216,6 +231,26 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         return table, []
     return table.select(np.flatnonzero(scanned)), [p for p, ok in zip(paths, scanned.tolist(),
                                                                       strict=True) if not ok]
+
+
+def _on_host(buffer, work: str, device) -> bool:
+    """Whether a buffer is reduced by NumPy where it lies (`host_scan.py`): float32 (or
+    16-bit floats) on the CPU, scanned on the CPU."""
+    if work != "float32" or device.platform != "cpu" or \
+            np.dtype(buffer.dtype).name not in host_scan.HOST_DTYPES:
+        return False
+    return not isinstance(buffer, jax.Array) or all(d.platform == "cpu" for d in buffer.devices())
+
+
+def _host_segments(info: dict, group, size: int):
+    """`host_scan.segments` of one dtype group, computed once per layout and buffer size."""
+    cache = info.setdefault("host", {})
+    key = (group, size, host_scan.CHUNK)
+    found = cache.get(key)
+    if found is None:
+        _, offsets, sizes = info["groups"][group]
+        found = cache[key] = host_scan.segments(offsets, sizes, size)
+    return found
 
 
 @lru_cache(maxsize=64)
@@ -265,7 +300,11 @@ def _scan_plain(tree, device, progress):
     total = len(flat)
     for chunk in _chunks(todo):
         layout, leaves = plan_layout([leaf for _, leaf, _ in chunk])
-        buffers = {g: np.zeros(_bucket(n, 1 << 16), np.dtype(g)) for g, n in layout.sizes.items()}
+        # device buffers rounded up to a power of two (kernels shared between chunks); host
+        # buffers exact (nothing to compile, and no padding to reduce)
+        buffers = {g: np.zeros(n if _on_host(np.zeros(0, np.dtype(g)), work_dtype(g), device)
+                               else _bucket(n, 1 << 16), np.dtype(g))
+                   for g, n in layout.sizes.items()}
         for value, slot in zip(read_ahead(leaves), layout.slots, strict=True):
             buffers[slot.group][slot.offset:slot.offset + slot.size] = \
                 np.asarray(value).reshape(-1)

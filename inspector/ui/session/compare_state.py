@@ -57,10 +57,17 @@ class CompareState(param.Parameterized):
                 and old.a.tree is a.tree and old.b.tree is b.tree:
             return  # another tree was added or removed: this comparison stands
 
+        asked = self._view.path
+
         def done(out):
-            self._view.param.update(path="", expanded=out.default_expanded(self.diff_only))
+            # a node picked while the comparison ran (a heatmap cell) stays selected
+            path = self._view.path
+            keep = path if path != asked and out.row(path) is not None else ""
+            self._view.param.update(path=keep, expanded=out.default_expanded(self.diff_only))
             self.param.update(diff_result=out, diff_values={}, diff_table=[],
                               diff_histograms={})
+            if keep:
+                self._on_diff_path()  # its values, read now that the comparison is there
 
         self._worker.submit("comparing", Task(f"Comparing {a.name} with {b.name} …",
                                               lambda: compare(a, b), done), coalesce=True)

@@ -134,8 +134,10 @@ class HealthState(param.Parameterized):
         except inspector.InspectorError as exc:
             state.error = error_text(exc, state.file_root)
             return
+        view = state.tree_views["diff"]
+        view.path = ""  # then `row`, picked while the comparison is built: it stays selected
         state.compare.param.update(diff_a=names[0], diff_b=names[1])
-        state.tree_views["diff"].path = row
+        view.path = row
         self.compare_shown = True
 
     def _loaded_name(self, step: int) -> str:

@@ -1,0 +1,238 @@
+"""The scan's row partials of a float32 (or 16-bit float) buffer on the CPU, computed by NumPy
+where it lies.
+
+XLA's CPU backend reduces at 1-2 GB/s when a reduction has any elementwise producer fused into
+it, and runs every figure as its own loop over the data (measured here on 1e8 float32: one
+plain sum 48-64 ms; the ten figures as column reductions of a `(blocks, rows, lanes)` view or
+as trees of vectorised elementwise halvings 1.2-2.2 s, one loop fusion per figure). NumPy's
+reductions are SIMD loops and BLAS's matrix-vector products run at cache speed, so on the CPU
+a float32 buffer (a `jax.Array` on the CPU is a NumPy view, no copy) is reduced here instead:
+a cache-sized chunk at a time, every figure of the chunk while it is in cache, chunks split
+between two threads (NumPy and BLAS release the GIL).
+
+Each chunk is cut where a leaf starts or ends, so each segment belongs to one leaf and a leaf
+is a run of whole segments (no masked pieces). Per segment, the ten partials of `kernels.py`
+(`n, shift, sum d, sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
+
+- min, max: `np.minimum/maximum.reduceat`; a NaN or Inf shows in them (NaN propagates), and
+  only a chunk holding one (or whose float32 sums overflow) goes through the careful pass
+  (`_careful`: float64, NaN/Inf counted and left out of the moments);
+- sums and sums of squares in float32, pairwise (`np.add.reduceat`), or for a chunk that is one
+  segment as BLAS products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added
+  in float64: error ~1e-7 relative;
+- shift 0, unless the segment's mean is large against its spread (`sum x^2 > 4 M2`), where the
+  unshifted `M2 = sum x^2 - (sum x)^2 / n` would lose digits: those segments are summed again
+  about their own mean (rounded to float32); a constant segment (`min == max`) needs neither;
+- zeros: a constant segment's from its value; else one `count_nonzero` of `x == 0` per chunk
+  where a segment spans 0, spread over the segments only when some are found.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from inspector.core.health.partials import (
+    MAX,
+    MIN,
+    NAN,
+    NEGINF,
+    POSINF,
+    SHIFT,
+    SUM_D,
+    SUM_DD,
+    ZEROS,
+    leaf_figures,
+)
+from inspector.core.health.partials import N as COUNT
+
+CHUNK = 1 << 18
+"""Elements per chunk (1 MiB of float32: stays in a core's L2 cache while every figure of it
+is computed; measured 1.9x faster than chunks of 256 KiB, 3.6x than 64 KiB: fewer calls)."""
+ROW = 1024  # row length of the BLAS products of a chunk that is one segment
+THREADS = max(1, min(2, os.cpu_count() or 1))
+POOL = ThreadPoolExecutor(THREADS, thread_name_prefix="inspector-scan") if THREADS > 1 \
+    else None
+_ONES = np.ones(ROW, np.float32)
+_vecdot = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a, b))
+
+
+def segments(offsets: np.ndarray, sizes: np.ndarray, size: int):
+    """Returns `(points, start, stop)`: the cut points of a buffer of `size` elements (every
+    leaf's start and end, every multiple of `CHUNK`, 0 and `size`; segment i is
+    `[points[i], points[i + 1])`) and each leaf's run of segments `[start, stop)`."""
+    offsets = np.asarray(offsets, np.int64)
+    ends = offsets + np.asarray(sizes, np.int64)
+    points = np.unique(np.concatenate([offsets, ends, np.arange(0, size, CHUNK, dtype=np.int64),
+                                       [size]]))
+    return points, np.searchsorted(points, offsets), np.searchsorted(points, ends)
+
+
+HOST_DTYPES = ("float32", "bfloat16", "float16")
+"""Buffers reduced here (the 16-bit ones widened to float32 a chunk at a time: a bfloat16
+buffer of 5e7 elements measured 495 ms through XLA on the CPU)."""
+
+
+def host_rows(x: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Returns `(len(points) - 1, 10)` float64 partials of each segment of flat `x` (a dtype
+    of `HOST_DTYPES`) between `points` (from `segments`), a view of a column-major array."""
+    rows = np.zeros((10, len(points) - 1)).T
+    n_chunks = -(-x.size // CHUNK)
+    # the segments of each chunk: [first[c], first[c + 1])
+    first = np.searchsorted(points, np.arange(n_chunks + 1, dtype=np.int64) * CHUNK)
+    first[-1] = len(points) - 1
+    if POOL is None or n_chunks < 4:
+        _chunks(x, points, first, rows, range(n_chunks))
+    else:
+        bounds = np.linspace(0, n_chunks, THREADS + 1).astype(int)
+        jobs = [POOL.submit(_chunks, x, points, first, rows, range(a, b))
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        for job in jobs:
+            job.result()
+    return rows
+
+
+def _chunks(x, points, first, rows, chunks) -> None:
+    scratch = np.empty(CHUNK, np.float32)
+    wide = np.empty(CHUNK, np.float32) if x.dtype != np.float32 else None
+    for c in chunks:
+        a, b = first[c], first[c + 1]
+        lo, hi = points[a], points[b]
+        y = x[lo:hi]
+        if wide is not None:  # float16/bfloat16: the chunk widened (exactly) to float32
+            y = wide[:hi - lo]
+            np.copyto(y, x[lo:hi], casting="unsafe")
+        out = rows[a:b]
+        if b - a == 1:
+            _one(y, out[0], scratch)
+        else:
+            _many(y, points[a:b] - lo, out, scratch)
+
+
+def _one(y: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """The partials of a chunk that is one segment."""
+    n = y.size
+    lo, hi = y.min(), y.max()
+    out[COUNT], out[MIN], out[MAX] = n, lo, hi
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        _careful(y, np.zeros(1, np.intp), out[None])
+        return
+    out[ZEROS] = np.count_nonzero(y == 0) if lo <= 0 <= hi else 0
+    if lo == hi:  # constant: no spread
+        out[SHIFT] = lo
+        return
+    whole = n - n % ROW
+    rows = y[:whole].reshape(-1, ROW)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = float((rows @ _ONES).sum(dtype=np.float64)) + float(y[whole:].sum(dtype=np.float64))
+        ss = float(_vecdot(rows, rows).sum(dtype=np.float64)) + \
+            float(np.dot(y[whole:].astype(np.float64), y[whole:]))
+    if not (np.isfinite(s) and np.isfinite(ss)):  # float32 overflow (|x| > 1.8e19)
+        _careful(y, np.zeros(1, np.intp), out[None])
+        return
+    if ss > 4 * (ss - s * s / n):  # mean large against the spread: sum about the mean
+        c = np.float32(s / n)
+        d = np.subtract(y, c, out=scratch[:n])
+        out[SHIFT] = c
+        s = float(d.sum(dtype=np.float64))
+        ss = float(np.dot(d.astype(np.float64), d))
+    out[SUM_D], out[SUM_DD] = s, ss
+
+
+def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """The partials of a chunk holding several segments (`starts`, relative to the chunk)."""
+    n = np.diff(np.append(starts, y.size))
+    lo = np.minimum.reduceat(y, starts)
+    hi = np.maximum.reduceat(y, starts)
+    out[:, COUNT], out[:, MIN], out[:, MAX] = n, lo, hi
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+        _careful(y, starts, out)
+        return
+    spread = lo != hi
+    out[~spread, SHIFT] = lo[~spread]
+    out[~spread, ZEROS] = np.where(lo[~spread] == 0, n[~spread], 0)  # constant segments
+    if (spread & (lo <= 0) & (hi >= 0)).any() and np.count_nonzero(y == 0):
+        zeros = np.bincount(np.searchsorted(starts, np.flatnonzero(y == 0), "right") - 1,
+                            minlength=len(starts))
+        out[spread, ZEROS] = zeros[spread]
+    if not spread.any():
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.add.reduceat(y, starts).astype(np.float64)
+        sq = np.multiply(y, y, out=scratch[:y.size])
+        ss = np.add.reduceat(sq, starts).astype(np.float64)
+    if not (np.isfinite(s).all() and np.isfinite(ss).all()):  # float32 overflow
+        _careful(y, starts, out)
+        return
+    with np.errstate(invalid="ignore", divide="ignore"):
+        far = spread & (ss > 4 * (ss - s * s / n))
+    if far.any():  # these segments again, about their own mean
+        c = np.where(far, s / n, 0).astype(np.float32)
+        d = np.subtract(y, np.repeat(c, n), out=scratch[:y.size])
+        s = np.where(far, np.add.reduceat(d, starts), s)
+        ss = np.where(far, np.add.reduceat(np.multiply(d, d, out=d), starts), ss)
+        out[:, SHIFT] = np.where(far, c, out[:, SHIFT])
+    out[spread, SUM_D] = s[spread]
+    out[spread, SUM_DD] = ss[spread]
+
+
+def _careful(y: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
+    """The partials of segments holding NaN or Inf, in float64 over the finite elements."""
+    n = np.diff(np.append(starts, y.size))
+    w = y.astype(np.float64)
+    finite = np.isfinite(w)
+    count = np.add.reduceat(finite, starts, dtype=np.int64)
+    z = np.where(finite, w, 0.0)
+    s = np.add.reduceat(z, starts)
+    c = np.divide(s, count, out=np.zeros_like(s), where=count > 0)
+    d = np.where(finite, w - np.repeat(c, n), 0.0)
+    out[:, COUNT] = count
+    out[:, SHIFT] = c
+    out[:, SUM_D] = np.add.reduceat(d, starts)
+    out[:, SUM_DD] = np.add.reduceat(d * d, starts)
+    out[:, MIN] = np.minimum.reduceat(np.where(finite, w, np.inf), starts)
+    out[:, MAX] = np.maximum.reduceat(np.where(finite, w, -np.inf), starts)
+    out[:, ZEROS] = np.add.reduceat(w == 0, starts, dtype=np.int64)
+    out[:, NAN] = np.add.reduceat(np.isnan(w), starts, dtype=np.int64)
+    out[:, POSINF] = np.add.reduceat(w == np.inf, starts, dtype=np.int64)
+    out[:, NEGINF] = np.add.reduceat(w == -np.inf, starts, dtype=np.int64)
+
+
+def host_figures(rows: np.ndarray, start: np.ndarray, stop: np.ndarray) -> dict[str, np.ndarray]:
+    """`partials.leaf_figures` of leaves that are runs `[start, stop)` of segment `rows`: a leaf
+    of one segment straight from its row, the others (leaves across chunks, empty leaves)
+    through `leaf_figures` over their own rows only (100k small leaves: 2-3x faster)."""
+    start, stop = np.asarray(start, np.int64), np.asarray(stop, np.int64)
+    one = stop - start == 1
+    # every leaf as if it were its first segment (then the others are replaced): (10, leaves),
+    # gathered as columns of the column-major table
+    r = rows.T[:, np.minimum(start, max(len(rows) - 1, 0))] if len(rows) else \
+        np.zeros((10, len(start)))
+    n = r[COUNT]
+    has = n > 0
+    safe = np.where(has, n, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total = np.where(has, n * r[SHIFT] + r[SUM_D], 0.0)
+        m2 = np.where(has, np.maximum(r[SUM_DD] - r[SUM_D] ** 2 / safe, 0.0), 0.0)
+        mean = np.where(has, total / safe, np.nan)
+        std = np.where(has, np.sqrt(m2 / safe), np.nan)
+        l2 = np.sqrt(m2 + total ** 2 / safe)
+    lo = np.where(has, r[MIN], np.nan)
+    hi = np.where(has, r[MAX], np.nan)
+    single = {"n_finite": n, "zeros": r[ZEROS], "nan": r[NAN], "posinf": r[POSINF],
+              "neginf": r[NEGINF], "min": lo, "max": hi, "mean": mean, "std": std, "l2": l2,
+              "max_abs": np.fmax(np.abs(lo), np.abs(hi)), "m2": m2, "sum": total}
+    if one.all():
+        return single
+    other = np.flatnonzero(~one)
+    lens = stop[other] - start[other]
+    ends = np.cumsum(lens)
+    # the rows of the other leaves, in order: start[i], start[i] + 1, ... for each
+    take = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(start[other] - ends + lens,
+                                                                      lens)
+    rest = leaf_figures(rows[take], ends - lens, ends, np.zeros((len(other), 0), np.int64))
+    for k, v in single.items():
+        v[other] = rest[k]
+    return single

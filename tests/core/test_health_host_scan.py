@@ -1,0 +1,117 @@
+"""The CPU scan of float32 buffers by NumPy (`host_scan.py`) against NumPy float64: counts
+exact, min/max exact, mean/std/l2 within 1e-6 relative (mean: of max(|mean|, std)), with
+NaN/Inf/zeros planted at chunk boundaries and in the tail that does not fill a chunk."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import inspector
+from inspector.core.health import host_scan
+from inspector.core.health import scan as scan_module
+from tests.core.test_health_scan import assert_figures
+
+SMALL = 1 << 12  # a chunk of 4,096 elements: many boundaries in small leaves
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(host_scan, "CHUNK", SMALL)
+
+
+def faulty_tree(rng, chunk: int) -> dict:
+    """Leaves across chunk boundaries, with faults on and beside the boundaries."""
+    big = rng.standard_normal(2 * chunk + 777).astype(np.float32)  # tail: 777 elements
+    big[[chunk - 1, chunk, 2 * chunk]] = [np.nan, np.inf, -np.inf]  # around both boundaries
+    big[-1] = np.nan  # last element of the tail
+    big[chunk + 1:chunk + 40] = 0
+    far = (1000 + rng.standard_normal(3 * chunk + 5)).astype(np.float32)  # mean >> std
+    small = [(rng.standard_normal(int(n)) * 2 + 5).astype(np.float32)
+             for n in rng.integers(1, 300, 80)]
+    small[3][0] = np.nan  # first element of a leaf
+    small[40][-1] = -np.inf  # last element of a leaf
+    small[41][:] = 0
+    return {"head": rng.standard_normal(chunk - 3).astype(np.float32),  # ends 3 before a chunk
+            "big": big, "far": far, "small": small,
+            "const": np.full(chunk + 9, 2.5, np.float32), "empty": np.zeros(0, np.float32),
+            "nan": np.full(5, np.nan, np.float32), "tiny": np.float32(-7.0)}
+
+
+def leaves(tree) -> dict:
+    import jax
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {jax.tree_util.keystr(p): np.asarray(x) for p, x in flat}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_host_scan_matches_numpy_float64_at_chunk_boundaries(small_chunks, dtype):
+    import jax
+    import ml_dtypes
+
+    tree = faulty_tree(np.random.default_rng(0), SMALL)
+    if dtype != "float32":  # 16-bit floats: widened to float32 a chunk at a time
+        tree = jax.tree.map(lambda x: np.asarray(x).astype(
+            ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16), tree)
+    packed = inspector.pack(tree)
+    assert set(packed.buffers) == {dtype}
+    s = inspector.scan(packed)
+    for stats in s.leaves:
+        assert_figures(stats, leaves(tree)[stats.path])
+    assert s.leaf("['big']").nan == 2 and s.leaf("['big']").posinf == 1
+    assert s.leaf("['big']").zeros == 39
+    assert s.leaf("['small'][41]").zeros == s.leaf("['small'][41]").size
+    paths = [x.path for x in s.nonfinite()]
+    assert paths == ["['big']", "['nan']", "['small'][3]", "['small'][40]"]
+
+
+def test_host_scan_agrees_with_the_device_kernel(small_chunks, monkeypatch):
+    tree = faulty_tree(np.random.default_rng(1), SMALL)
+    packed = inspector.pack(tree)
+    host = inspector.scan(packed)
+    monkeypatch.setattr(scan_module, "_on_host", lambda *a: False)
+    device = inspector.scan(packed)
+    for a, b in zip(host.leaves, device.leaves, strict=True):
+        assert (a.nan, a.posinf, a.neginf, a.zeros, a.size) == \
+            (b.nan, b.posinf, b.neginf, b.zeros, b.size), a.path
+        for k in ("min", "max", "max_abs"):
+            assert getattr(a, k) == pytest.approx(getattr(b, k), rel=0, nan_ok=True), (a.path, k)
+
+
+def test_host_scan_of_a_leaf_over_several_full_chunks():
+    """The real chunk size: a leaf of 2.5 chunks (BLAS row products for whole chunks), far
+    from zero in its second half (summed again about its mean), NaN on a boundary."""
+    chunk = host_scan.CHUNK
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(5 * chunk // 2).astype(np.float32)
+    y = (300 + rng.standard_normal(chunk + 1234)).astype(np.float32)
+    y[chunk] = np.nan
+    tree = {"x": x, "y": y, "z": np.zeros(chunk, np.float32)}
+    s = inspector.scan(inspector.pack(tree))
+    for stats in s.leaves:
+        assert_figures(stats, tree[stats.path[2]])
+
+
+@pytest.mark.parametrize("size", [3, SMALL])  # a piece of a chunk, a whole chunk
+def test_squares_that_overflow_float32_are_summed_in_float64(small_chunks, size):
+    x = np.resize(np.array([3e38, -3e38, 3e38, 1.0], np.float32), size)
+    tree = {"huge": x, "ones": np.ones(3, np.float32)}
+    s = inspector.scan(inspector.pack(tree))
+    assert_figures(s.leaf("['huge']"), x)
+    assert_figures(s.leaf("['ones']"), tree["ones"])
+
+
+def test_segments_cut_at_leaves_and_chunks(small_chunks):
+    points, start, stop = host_scan.segments(np.array([0, 10, 10, 5000]),
+                                             np.array([10, 0, 4990, 5]), 5005)
+    assert points.tolist() == [0, 10, SMALL, 5000, 5005]
+    assert start.tolist() == [0, 1, 1, 3] and stop.tolist() == [1, 1, 3, 4]
+
+
+def test_plain_trees_use_exact_host_buffers(small_chunks):
+    """A plain tree is gathered into host buffers of its own length on the CPU (no padding
+    to a power of two to reduce)."""
+    tree = faulty_tree(np.random.default_rng(3), SMALL)
+    s = inspector.scan(tree)
+    for stats in s.leaves:
+        assert_figures(stats, leaves(tree)[stats.path])
