@@ -18,6 +18,7 @@ from inspector.ui.health_view import HealthView
 from inspector.ui.layout import PAGE_THEME, columns, follow_browser_theme
 from inspector.ui.mesh_panel import MeshPanel
 from inspector.ui.operation_panel import OperationPanel
+from inspector.ui.plot_guard import plot_guard
 from inspector.ui.result_view import ResultView
 from inspector.ui.run_status import RunStatus
 from inspector.ui.session.preselect import COMPARE, OPERATIONS, preselect
@@ -244,7 +245,7 @@ def create_app(state: InspectorState | None = None, defaults: bool = True,
     page = pmui.Page(title=TITLE, sidebar=app.sidebar(), main=app.main(), sidebar_width=320,
                      busy_indicator=None, theme_config=PAGE_THEME)
     _stop_following_busy(page)
-    page.header = [follow_browser_theme()]
+    page.header = [follow_browser_theme(), plot_guard()]
     page.inspector = app  # for tests and the benchmark: the views of this session
     return page
 

@@ -27,6 +27,7 @@ import panel_material_ui as pmui
 from inspector import InspectorError
 from inspector.ui import notebook_patches
 from inspector.ui.app import InspectorApp
+from inspector.ui.plot_guard import plot_guard
 from inspector.ui.session.preselect import COMPARE, preselect
 from inspector.ui.session.state import InspectorState
 from inspector.ui.session.worker import Worker, WorkerAtOnce
@@ -96,7 +97,7 @@ class Inspector(pn.viewable.Viewer):
                 pmui.Card(app.input, title="Input tree", min_width=360, margin=(5, 5),
                           collapsible=False, sizing_mode="stretch_width"),
                 sizing_mode="stretch_width"),
-            self.tabs, sizing_mode="stretch_width")
+            self.tabs, plot_guard(), sizing_mode="stretch_width")
         return notebook_patches.cell(layout, sizing_mode="stretch_width")
 
     def run(self):

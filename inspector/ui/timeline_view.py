@@ -74,7 +74,9 @@ class TimelineView(pn.viewable.Viewer):
                                             sizing_mode="stretch_width", margin=(0, 10))
         self.source = ColumnDataSource({"step": [], "row": [], "value": [], "first": [],
                                         "text": []})
-        self.plot = pn.pane.Bokeh(self._figure(None), sizing_mode="stretch_width")
+        # no figure until there is a timeline: a Bokeh figure laid out while its tab is hidden
+        # fails in the browser (panel-material-ui issue 548, "reading 'top_panel'")
+        self.plot = pn.pane.Bokeh(None, sizing_mode="stretch_width", visible=False)
         self.notes = pn.pane.HTML("", sizing_mode="stretch_width", margin=(0, 10))
         state.param.watch(self._on_trees, "trees")
         state.param.watch(self._update_progress, ["busy", "progress", "status"])
@@ -85,7 +87,8 @@ class TimelineView(pn.viewable.Viewer):
     def __panel__(self):
         return pmui.Column(pmui.Row(self.trees, self.folder, sizing_mode="stretch_width"),
                            pmui.Row(self.button, self.metric, self.depth), self.progress,
-                           self.plot, self.notes, sizing_mode="stretch_width")
+                           pn.Column(self.plot, sizing_mode="stretch_width"), self.notes,
+                           sizing_mode="stretch_width")
 
     def _on_trees(self, *_):
         self.trees.options = list(self._state.trees)
@@ -116,10 +119,14 @@ class TimelineView(pn.viewable.Viewer):
             mapper = LinearColorMapper(palette=PALETTE, low=float(finite.min()) if finite.size
                                        else 0, high=float(finite.max()) if finite.size else 1,
                                        nan_color=MISSING)
+        # a picked cell is outlined; the others keep their colour (Bokeh fades them by default)
         cells = fig.rect("step", "row", 1, 1, source=self.source, line_color="white",
-                         fill_color={"field": "value", "transform": mapper})
+                         fill_color={"field": "value", "transform": mapper},
+                         nonselection_fill_alpha=1.0, nonselection_line_color="white",
+                         selection_line_color="#000000", selection_line_width=2)
         fig.text("step", "row", text="first", source=self.source, text_align="center",
-                 text_baseline="middle", text_font_size="9px", text_color="#000000")
+                 text_baseline="middle", text_font_size="9px", text_color="#000000",
+                 nonselection_text_alpha=1.0)
         fig.add_tools(HoverTool(renderers=[cells], tooltips=[("subtree", "@row"),
                                                              ("step", "@step"),
                                                              (metric, "@text"), ("", "@first")]),
@@ -138,7 +145,7 @@ class TimelineView(pn.viewable.Viewer):
         self._cells = list(zip(data["columns"]["row"], data["columns"]["step"], strict=True))
         self._rows = {r or "(root)": r for r in t.table(self._health.metric,
                                                         depth=self._health.depth).rows}
-        self.plot.object = self._figure(data)
+        self.plot.param.update(object=self._figure(data), visible=True)
         self.notes.object = _notes(t)
 
     def _on_tap(self, attr, old, new):

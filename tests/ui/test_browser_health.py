@@ -82,6 +82,8 @@ def test_a_heatmap_cell_click_compares_its_two_steps(browser, launched):
     a, b = (run[k]["enc"]["moving"].astype(np.float64) for k in (1, 2))
     want = f"max |a − b| = {np.abs(b - a).max():.6g}"
     with session(browser, launched) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
         page.get_by_role("treeitem").first.wait_for()
         open_tab(page, "Timeline")
         page.get_by_label("… or a folder of checkpoints").fill(".")
@@ -102,3 +104,11 @@ def test_a_heatmap_cell_click_compares_its_two_steps(browser, launched):
         assert want in value.inner_text()
         if SHOTS:
             page.screenshot(path=os.path.join(SHOTS, "timeline_pick.png"))
+        # Back to the heatmap, and round the tabs: panel-material-ui re-mounts a tab's Bokeh
+        # plots, whose layout used to throw and blank the page (`ui/plot_guard.py`)
+        for name in ("Timeline", "Health", "Compare trees", "Timeline"):
+            page.get_by_role("tab", name=name, exact=True).click()
+            page.wait_for_timeout(500)
+        page.locator(".frozen-leaves").wait_for()
+        page.wait_for_function(f"() => ({_CELL})({[moving, '3']!r}) !== null")
+        assert errors == []
