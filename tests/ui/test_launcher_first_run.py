@@ -10,6 +10,7 @@ import pytest
 
 from inspector.core import caches, working_set
 from inspector.ui.session import launcher_warm
+from inspector.ui.session.formatting import human_bytes
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.state import InspectorState
 from tests.core.test_streaming import Tracker
@@ -99,3 +100,23 @@ def test_a_session_on_its_own_trees_leaves_no_spare():
     s.close()
     assert caches.sizes()["launcher spare output"] == 0
     assert buffer.is_deleted()  # freed with its session, as before
+
+
+def test_a_first_read_shows_each_tree_read_on_the_progress_bar():
+    values, loaded = launched(Tracker())
+    s = InspectorState(repeats=1)
+    for t in loaded:
+        s.add(t)
+    s.ops["weighted_sum"].param.update(trees=[t.name for t in loaded], weights=WEIGHTS)
+    s.op = "weighted_sum"
+    seen = []
+    s.param.watch(lambda *_: seen.append((s.status, s.progress)), ["status", "progress"])
+    s.run = True
+    nbytes = sum(4 * np.prod(shape) for shape in SHAPES.values())
+    reads = [(text, p) for text, p in seen if text.startswith("Reading")]
+    assert [text for text, _ in dict(reads).items()] == [
+        f"Reading m{i}.safetensors ({human_bytes(nbytes)}) for weighted_sum …" for i in (0, 1)]
+    assert [p for _, p in dict(reads).items()] == [0.0, 50.0]  # bytes read before each
+    assert ("Running weighted_sum on cpu:0 …", None) in seen  # then the bar runs again
+    check_values(s.result, values)
+    s.close()

@@ -147,13 +147,15 @@ class JobRunner:
                 for b in a.buffers.values()}
         return [b for b in self._last.buffers.values() if _address(b) not in used]
 
-    def inputs(self, job, loaded: dict, device, reused: int = 0) -> list | None:
+    def inputs(self, job, loaded: dict, device, reused: int = 0,
+               reading=None) -> list | None:
         """The job's input trees, in order, each loaded tree replaced by its working-set copy;
         None when they do not fit the budget (with the output, less the `reused` bytes of an
         earlier result it is written into).
 
         Checkpoints (lazy leaves) and packed trees are held; other trees (sharded over a mesh,
-        or with non-array leaves) are passed as they are.
+        or with non-array leaves) are passed as they are. `reading` (see `WorkingSet.hold`)
+        hears of each tree read from its files.
         """
         if self._closed:  # the session ended while this run waited: read nothing again
             raise Cancelled
@@ -166,7 +168,7 @@ class JobRunner:
         if holdable:
             extra = max(0, job.settings.output_bytes([trees[n] for n in job.trees]) - reused)
             start, before = time.perf_counter(), host_read.stats()["bytes"]
-            held = self.working.hold(holdable, device, extra_bytes=extra)
+            held = self.working.hold(holdable, device, extra_bytes=extra, reading=reading)
             # what this hold read from files (other sessions' reads may add to the count)
             self.last_read = (host_read.stats()["bytes"] - before, time.perf_counter() - start)
             if held is None:
@@ -175,11 +177,12 @@ class JobRunner:
             trees.update(held)
         return [trees[n] for n in job.trees]
 
-    def run_once(self, job, loaded: dict, device, progress=None):
+    def run_once(self, job, loaded: dict, device, progress=None, reading=None):
         """Runs the job once on its held inputs and returns its `RunResult`: planned, compiled
         and executed once, the plan kept for `repeat`. Too big for the budget, an op that
         streams (`OpSettings.streams`) is streamed into a file, reporting to `progress`, and
-        its result opens lazily (a `StreamedRun`)."""
+        its result opens lazily (a `StreamedRun`). `reading` hears of each input tree read
+        from its files (`WorkingSet.hold`)."""
         self._planned = None
         reusable_result = False
         plain = [loaded[n].tree for n in job.trees]
@@ -188,7 +191,8 @@ class JobRunner:
         # session's last result (same op and trees: same output), not into fresh memory.
         spare = launcher_warm.take_spare() if warm and self._last is None else []
         reusable = self._reusable(plain) + spare
-        inputs = self.inputs(job, loaded, device, reused=sum(b.nbytes for b in reusable))
+        inputs = self.inputs(job, loaded, device, reused=sum(b.nbytes for b in reusable),
+                             reading=reading)
         if inputs is None:
             rr, planned = self._streamed(job, plain, device, progress), None
         else:
