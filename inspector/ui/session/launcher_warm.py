@@ -36,17 +36,14 @@ _STATE: dict = {"trees": {}, "working": None, "spare": []}
 def keep_warm(loaded, precompile: bool = True) -> threading.Thread | None:
     """Marks the launcher's `LoadedTree`s: held by the launcher once a session reads them.
     With `precompile`, compiles the weighted sum of those sharing one layout in a thread
-    (returned; None when there is nothing to compile)."""
+    (returned; None for fewer than two trees)."""
     with _LOCK:
         for t in loaded:
             _STATE["trees"][id(t.tree)] = (t.name, t.tree)
-    if not precompile:
+    if not precompile or len(loaded) < 2:
         return None
-    layouts = _shared_layouts([t.tree for t in loaded])
-    if not layouts:
-        return None
-    thread = threading.Thread(target=_precompile, args=(layouts,), daemon=True,
-                              name="inspector-precompile")
+    thread = threading.Thread(target=_precompile, args=([t.tree for t in loaded],),
+                              daemon=True, name="inspector-precompile")
     thread.start()
     return thread
 
@@ -75,14 +72,14 @@ def _shared_layouts(trees) -> dict:
     return {layout: k for layout, k in counts.items() if k >= 2}
 
 
-def _precompile(layouts: dict) -> None:
+def _precompile(trees: list) -> None:
     from inspector.core.weighted_sum import precompile_packed
 
-    for layout, k in layouts.items():
-        try:
+    try:  # a warm-up only: a run compiles (and reports) whatever this did not
+        for layout, k in _shared_layouts(trees).items():  # here: 106k tensors take a while
             precompile_packed(layout, k)
-        except Exception:  # a warm-up only: the run compiles (and reports) it itself
-            pass
+    except Exception:
+        pass
 
 
 def give_spare(buffers: list) -> None:
