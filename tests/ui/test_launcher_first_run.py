@@ -120,3 +120,13 @@ def test_a_first_read_shows_each_tree_read_on_the_progress_bar():
     assert ("Running weighted_sum on cpu:0 …", None) in seen  # then the bar runs again
     check_values(s.result, values)
     s.close()
+
+
+def test_a_session_closing_while_an_execution_writes_hands_nothing_on():
+    values, loaded = launched(Tracker())
+    s, rr = run_session(loaded)
+    buffer = rr.result.buffers["float32"]
+    with s.runs._executing:  # a timed repeat writing into the result (the worker thread)
+        s.close()  # the event loop does not wait for it: the result is freed, as before
+    assert caches.sizes()["launcher spare output"] == 0
+    assert buffer.is_deleted()

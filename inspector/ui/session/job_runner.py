@@ -119,6 +119,7 @@ class JobRunner:
         self._planned = None  # (first RunResult, PlannedRun): the plan its repeats execute
         self._pinned = None  # the result last kept as a tree: no run writes into it again
         self._warm = False  # the last result came from the launcher's trees only
+        self._handed = False  # `close` gave it to the next session
         # held while an execution writes into the last result's buffers (the worker thread),
         # so `close` hands them to the next session only when no execution is in flight
         self._executing = threading.Lock()
@@ -248,7 +249,7 @@ class JobRunner:
             if self._closed:  # it ended during this execution: free what close did not take
                 if not refill:
                     _free(result)
-                if not (refill and self._warm):  # else the next session's (`close`)
+                if not (refill and self._handed):  # else the next session's (`close`)
                     _free(first.result)
                 raise Cancelled
         with self._lock:
@@ -301,11 +302,17 @@ class JobRunner:
         # Freed now, whoever still refers to it (work in flight, callbacks of the ended page):
         # a result is this session's own (a kept one is a tree, pinned, and not freed here);
         # one of the launcher's trees goes to the next session, to write its output into.
-        with self._executing:  # no execution writes into it any more
-            last, self._last = self._last, None
-        if self._warm and isinstance(last, PackedTree):
-            launcher_warm.give_spare([b for b in last.buffers.values()
-                                      if hasattr(b, "is_deleted") and not b.is_deleted()])
+        # Handed on only when no execution is writing into it (never waiting for one here:
+        # this is the server's event loop); else freed, as before.
+        last, self._last = self._last, None
+        if self._warm and isinstance(last, PackedTree) and \
+                self._executing.acquire(blocking=False):
+            try:
+                self._handed = True
+                launcher_warm.give_spare([b for b in last.buffers.values()
+                                          if hasattr(b, "is_deleted") and not b.is_deleted()])
+            finally:
+                self._executing.release()
         else:
             _free(last)
         self.working.close()
