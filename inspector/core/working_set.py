@@ -191,8 +191,7 @@ class WorkingSet:
         names = {entry.key: name for name, entry in entries.items()}
         total, done = sum(e.nbytes for e in fresh.values()), 0
         for entry in fresh.values():
-            if reading is not None:
-                reading(names[entry.key], entry.nbytes, done, total)
+            _tell(reading, names[entry.key], entry.nbytes, done, total)
             done += entry.nbytes
             try:
                 entry.packed = read_packed(entry.source, device)
@@ -206,8 +205,8 @@ class WorkingSet:
                 with _LOCK:
                     if not entry.holders:  # every holder closed while it was read
                         _drop(entry)
-        if reading is not None and fresh:
-            reading(None, 0, total, total)
+        if fresh:
+            _tell(reading, None, 0, total, total)
         out = {}
         for name, entry in entries.items():
             entry.ready.wait()
@@ -264,6 +263,15 @@ class WorkingSet:
             self._closed = True
         self.release()
         memory.give_back()
+
+
+def _tell(reading, *args) -> None:
+    """Reports progress to `reading` (if given); a failing report never stops the reads."""
+    if reading is not None:
+        try:
+            reading(*args)
+        except Exception:
+            pass
 
 
 def _release(holder: int, entry: _Entry) -> None:
