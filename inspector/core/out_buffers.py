@@ -92,13 +92,22 @@ FILL_BYTES = 1 << 22
 leaf); larger ones are filled where they live (no host copy, no host memory)."""
 
 
+def warm_fill(shape: tuple[int, ...], dtype, where) -> None:
+    """Compiles the fill `output_buffer` uses for a fresh output of `shape` and `dtype` on
+    `where` (when it uses one), allocating nothing: a server warming a run it expects."""
+    shape, dtype = tuple(shape), np.dtype(dtype)
+    if not isinstance(where, jax.Device) or math.prod(shape) * dtype.itemsize >= FILL_BYTES:
+        _zeros(shape, dtype, where)
+
+
 @functools.lru_cache(maxsize=256)
 def _zeros(shape: tuple[int, ...], dtype: np.dtype, where):
-    # One compiled fill per (shape, dtype, placement): eager `jnp.zeros` dispatches two
-    # primitives (0.5-1 ms), most of a cached packed op's call on a 20,000-leaf tree.
+    # One fill per (shape, dtype, placement), compiled ahead of time (so `warm_fill` can
+    # compile it without running it): eager `jnp.zeros` dispatches two primitives
+    # (0.5-1 ms), most of a cached packed op's call on a 20,000-leaf tree.
     sharding = jax.sharding.SingleDeviceSharding(where) if isinstance(where, jax.Device) \
         else where
-    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding).lower().compile()
 
 
 caches.register_function("output fills", _zeros)

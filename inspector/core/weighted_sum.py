@@ -18,7 +18,7 @@ from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.leaves import dtype_name
 from inspector.core.op import Op, register
-from inspector.core.out_buffers import output_buffer, worth_donating
+from inspector.core.out_buffers import output_buffer, warm_fill, worth_donating
 from inspector.core.packed import Layout, same_layout
 from inspector.core.plan import Call, Plan
 
@@ -198,11 +198,8 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
         sharding = placement.first(buffers)
         shape = tuple(buffers[0].shape)  # layout.lead + (size,)
         buffer = output_buffer(shape, out, device if sharding is None else sharding)
-        key = ("weighted_sum_packed", k, shape, str(dtype), str(acc), str(out))
-        weights_array = _weight_array(weights, integral, dtype)
-        args = [buffer, weights_array, *buffers]
-        call = Call(key, lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out), args,
-                    donate=(0,), carry=True)
+        call = _packed_call(k, shape, dtype, acc, out,
+                            [buffer, _weight_array(weights, integral, dtype), *buffers])
         if sharding is not None:  # buffers laid out over a mesh: so is the result
             call.shardings = (sharding, placement.replicated(sharding.mesh),
                               *placement.like(sharding, buffers))
@@ -216,6 +213,41 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
         return trees[0].with_dtypes(dict(zip(groups, outputs, strict=True)))
 
     return Plan("weighted_sum", device, calls, assemble, read, written)
+
+
+def _packed_call(k: int, shape: tuple, dtype, acc, out, args: list) -> Call:
+    """The call of one dtype group of a packed sum: `args` = [output buffer (donated), the
+    weights, the k trees' buffers of that group]."""
+    key = ("weighted_sum_packed", k, shape, str(dtype), str(acc), str(out))
+    return Call(key, lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out), args,
+                donate=(0,), carry=True)
+
+
+def precompile_packed(layout: Layout, k: int, device=None, integral: bool = False) -> int:
+    """Compiles the kernels a weighted sum of `k` packed trees of `layout` runs on `device`
+    (one per dtype; float weights unless `integral`), reading and allocating nothing: the
+    app's server warms the sum its launcher's checkpoints are opened for, so the first run
+    finds it compiled. Returns how many kernels were compiled now (0: all were cached).
+
+    >>> from inspector.core.packed import plan_layout
+    >>> layout, _ = plan_layout({"w": np.zeros(3, np.float32)})
+    >>> precompile_packed(layout, 2) in (0, 1), precompile_packed(layout, 2)
+    (True, 0)
+    """
+    from inspector.core import compile_cache
+
+    compile_cache.enable()  # before the fills compile too: an earlier process stored them
+    device = resolve_device(device)
+    calls = []
+    for group, size in layout.sizes.items():
+        dtype = np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(group)))
+        acc, out, weight = _dtypes(dtype, integral)
+        shape = (*layout.lead, size)
+        warm_fill(shape, out, device)  # the output's buffer, when no earlier one is given
+        calls.append(_packed_call(k, shape, dtype, acc, out, [
+            jax.ShapeDtypeStruct(shape, out), np.zeros(k, weight),
+            *[jax.ShapeDtypeStruct(shape, dtype)] * k]))
+    return Plan("weighted_sum", device, calls, lambda outs: outs, 0, 0).compile()[1]
 
 
 WEIGHTED_SUM = Op("weighted_sum", plan_weighted_sum)

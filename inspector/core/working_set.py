@@ -143,7 +143,8 @@ class WorkingSet:
         # A working set dropped without close() lets go of its trees when collected.
         weakref.finalize(self, _forget_holder, id(self))
 
-    def hold(self, trees: dict, device=None, extra_bytes: int = 0) -> dict | None:
+    def hold(self, trees: dict, device=None, extra_bytes: int = 0,
+             reading=None) -> dict | None:
         """Returns `{name: PackedTree on device}` for `trees`, reading each only if not held
         (by this working set or any other).
 
@@ -156,6 +157,9 @@ class WorkingSet:
             trees: name -> pytree (lazy checkpoint leaves, arrays) or packed tree.
             device: where to hold them (a `jax.Device`, a name, or None for the default).
             extra_bytes: bytes the caller is about to allocate beside them.
+            reading: called as `reading(name, nbytes, done_bytes, total_bytes)` before each
+                tree this call reads (none for trees already held), and once after the last
+                with name None and done_bytes == total_bytes, to show progress.
         """
         device = resolve_device(device)
         with _LOCK:
@@ -184,7 +188,11 @@ class WorkingSet:
                 entry.last_used = time.monotonic()
         # Read outside the lock: other sessions (and the page showing what is held) go on;
         # a session wanting a tree being read waits for that read instead of reading it twice.
+        names = {entry.key: name for name, entry in entries.items()}
+        total, done = sum(e.nbytes for e in fresh.values()), 0
         for entry in fresh.values():
+            _tell(reading, names[entry.key], entry.nbytes, done, total)
+            done += entry.nbytes
             try:
                 entry.packed = read_packed(entry.source, device)
             except BaseException as exc:
@@ -197,6 +205,8 @@ class WorkingSet:
                 with _LOCK:
                     if not entry.holders:  # every holder closed while it was read
                         _drop(entry)
+        if fresh:
+            _tell(reading, None, 0, total, total)
         out = {}
         for name, entry in entries.items():
             entry.ready.wait()
@@ -253,6 +263,15 @@ class WorkingSet:
             self._closed = True
         self.release()
         memory.give_back()
+
+
+def _tell(reading, *args) -> None:
+    """Reports progress to `reading` (if given); a failing report never stops the reads."""
+    if reading is not None:
+        try:
+            reading(*args)
+        except Exception:
+            pass
 
 
 def _release(holder: int, entry: _Entry) -> None:

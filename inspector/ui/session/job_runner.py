@@ -118,6 +118,11 @@ class JobRunner:
         self._last = None  # the last result (packed), whose buffers the next run may reuse
         self._planned = None  # (first RunResult, PlannedRun): the plan its repeats execute
         self._pinned = None  # the result last kept as a tree: no run writes into it again
+        self._warm = False  # the last result came from the launcher's trees only
+        self._handed = False  # `close` gave it to the next session
+        # held while an execution writes into the last result's buffers (the worker thread),
+        # so `close` hands them to the next session only when no execution is in flight
+        self._executing = threading.Lock()
 
     def new_generation(self) -> int:
         """Marks a new run: timed repeats of older runs stop at their next repeat."""
@@ -143,13 +148,15 @@ class JobRunner:
                 for b in a.buffers.values()}
         return [b for b in self._last.buffers.values() if _address(b) not in used]
 
-    def inputs(self, job, loaded: dict, device, reused: int = 0) -> list | None:
+    def inputs(self, job, loaded: dict, device, reused: int = 0,
+               reading=None) -> list | None:
         """The job's input trees, in order, each loaded tree replaced by its working-set copy;
         None when they do not fit the budget (with the output, less the `reused` bytes of an
         earlier result it is written into).
 
         Checkpoints (lazy leaves) and packed trees are held; other trees (sharded over a mesh,
-        or with non-array leaves) are passed as they are.
+        or with non-array leaves) are passed as they are. `reading` (see `WorkingSet.hold`)
+        hears of each tree read from its files.
         """
         if self._closed:  # the session ended while this run waited: read nothing again
             raise Cancelled
@@ -162,7 +169,7 @@ class JobRunner:
         if holdable:
             extra = max(0, job.settings.output_bytes([trees[n] for n in job.trees]) - reused)
             start, before = time.perf_counter(), host_read.stats()["bytes"]
-            held = self.working.hold(holdable, device, extra_bytes=extra)
+            held = self.working.hold(holdable, device, extra_bytes=extra, reading=reading)
             # what this hold read from files (other sessions' reads may add to the count)
             self.last_read = (host_read.stats()["bytes"] - before, time.perf_counter() - start)
             if held is None:
@@ -171,20 +178,26 @@ class JobRunner:
             trees.update(held)
         return [trees[n] for n in job.trees]
 
-    def run_once(self, job, loaded: dict, device, progress=None):
+    def run_once(self, job, loaded: dict, device, progress=None, reading=None):
         """Runs the job once on its held inputs and returns its `RunResult`: planned, compiled
         and executed once, the plan kept for `repeat`. Too big for the budget, an op that
         streams (`OpSettings.streams`) is streamed into a file, reporting to `progress`, and
-        its result opens lazily (a `StreamedRun`)."""
+        its result opens lazily (a `StreamedRun`). `reading` hears of each input tree read
+        from its files (`WorkingSet.hold`)."""
         self._planned = None
         reusable_result = False
         plain = [loaded[n].tree for n in job.trees]
-        reusable = self._reusable(plain)
-        inputs = self.inputs(job, loaded, device, reused=sum(b.nbytes for b in reusable))
+        warm = all(launcher_warm.launched(t) for t in plain)
+        # A session's first run on the launcher's trees writes into the buffers of a closed
+        # session's last result (same op and trees: same output), not into fresh memory.
+        spare = launcher_warm.take_spare() if warm and self._last is None else []
+        reusable = self._reusable(plain) + spare
+        inputs = self.inputs(job, loaded, device, reused=sum(b.nbytes for b in reusable),
+                             reading=reading)
         if inputs is None:
             rr, planned = self._streamed(job, plain, device, progress), None
         else:
-            reusable = self._reusable(inputs)  # not one of the held inputs either
+            reusable = self._reusable(inputs) + spare  # not one of the held inputs either
             fn, args, kwargs = job.arguments(inputs)
             with donating(reusable):  # the output is planned into the last result's buffers
                 planned = PlannedRun(fn, *args, device=device, **kwargs)
@@ -198,10 +211,12 @@ class JobRunner:
             # handed to a later run to write into.
             reusable_result = isinstance(rr.result, PackedTree) and not _aliases(rr.result,
                                                                                  args)
-        if self._closed:  # the session ended while it ran: nobody will see it
-            _free(rr.result)
-            raise Cancelled
-        self._last = rr.result if reusable_result else None
+        with self._executing:
+            if self._closed:  # the session ended while it ran: nobody will see it
+                _free(rr.result)
+                raise Cancelled
+            self._last = rr.result if reusable_result else None
+            self._warm = warm
         if planned is not None:
             self._planned = (rr, planned)
         return rr
@@ -224,13 +239,18 @@ class JobRunner:
                 # write into fresh ones
                 planned.detach()
                 refill, detached = False, True
-            result, seconds = planned.execute()
-            times.append(seconds)
-            if refill:  # the shown result's buffers now hold this run's (equal) output
-                _refill(first.result, result)
-            if self._closed:
-                _free(result)
-                _free(first.result)
+            with self._executing:
+                if self._closed:
+                    raise Cancelled
+                result, seconds = planned.execute()
+                times.append(seconds)
+                if refill:  # the shown result's buffers now hold this run's (equal) output
+                    _refill(first.result, result)
+            if self._closed:  # it ended during this execution: free what close did not take
+                if not refill:
+                    _free(result)
+                if not (refill and self._handed):  # else the next session's (`close`)
+                    _free(first.result)
                 raise Cancelled
         with self._lock:
             if self._planned is not None and self._planned[1] is planned:
@@ -280,9 +300,21 @@ class JobRunner:
         self.new_generation()
         self._planned = None
         # Freed now, whoever still refers to it (work in flight, callbacks of the ended page):
-        # a result is this session's own (a kept one is a tree, pinned, and not freed here).
-        _free(self._last)
-        self._last = None
+        # a result is this session's own (a kept one is a tree, pinned, and not freed here);
+        # one of the launcher's trees goes to the next session, to write its output into.
+        # Handed on only when no execution is writing into it (never waiting for one here:
+        # this is the server's event loop); else freed, as before.
+        last, self._last = self._last, None
+        if self._warm and isinstance(last, PackedTree) and \
+                self._executing.acquire(blocking=False):
+            try:
+                self._handed = True
+                launcher_warm.give_spare([b for b in last.buffers.values()
+                                          if hasattr(b, "is_deleted") and not b.is_deleted()])
+            finally:
+                self._executing.release()
+        else:
+            _free(last)
         self.working.close()
         if self.streamed_dir:
             import shutil

@@ -37,7 +37,8 @@ def run_task(session) -> Task:
         # Once, on the working set (read once, then reused): the page shows this result
         # now; the timed repeats follow as their own work (`repeat_task`).
         rr = session.runs.run_once(job, loaded, device,
-                                   progress=lambda p: _stream_progress(session, p))
+                                   progress=lambda p: _stream_progress(session, p),
+                                   reading=lambda *a: _read_progress(session, job, *a))
         index_for(rr.result)  # describe the result here, off the event loop
         eager_s = diff = None
         make = job.settings.eager([loaded[n].tree for n in job.trees], job.call.options) \
@@ -145,6 +146,19 @@ def _finished(rr, run: int) -> str:
     if rr.read_bytes:
         text += f" · read {rr.read_gbps:.3g} GB/s, kernel {rr.gbps:.3g} GB/s"
     return text
+
+
+def _read_progress(session, job, name: str, nbytes: int, done: int, total: int) -> None:
+    """Shows which input tree a run is reading from its files, and how far the reads have
+    got (bytes of the trees read before it / all to read) as the status and the progress
+    bar; called by the running thread before each tree, and with no name once all are read
+    (the bar then goes back to "running")."""
+    if name is None:
+        session.param.update(progress=None, status=f"Running {job.op} on {session.device} …")
+        return
+    # one update per tree (a few): not throttled as a stream's per-leaf progress is
+    session.param.update(progress=100.0 * done / max(total, 1),
+                         status=f"Reading {name} ({human_bytes(nbytes)}) for {job.op} …")
 
 
 def _stream_progress(session, progress) -> None:
