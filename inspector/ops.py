@@ -56,7 +56,7 @@ def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = No
         return _ws.weighted_sum(trees, weights, device=device)
     # Packed inputs stream too: their leaves are views into the buffers.
     trees = [unpacked(t) for t in trees]
-    plan = _ws.plan_weighted_sum(trees, weights, device)
+    plan = _ws.plan_weighted_sum(trees, weights, device, stream=True)
     return write_streamed(lazy_result(plan, progress), out)
 
 
