@@ -87,7 +87,7 @@ def merge(method: str, trees, *, base=None, weights=None, device=None,
         return _merge.merge(method, trees, base=base, weights=weights, device=device, **params)
     plan = _merge.plan_merge(method, [unpacked(t) for t in trees],
                              base=None if base is None else unpacked(base), weights=weights,
-                             device=device, **params)
+                             device=device, stream=True, **params)
     return write_streamed(lazy_result(plan, progress), out)
 
 

@@ -85,3 +85,17 @@ def test_a_failure_mid_stream_leaves_no_file_and_the_inputs_intact(tmp_path, bad
     assert not target.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in0.safetensors", "in1.safetensors"]
     np.testing.assert_array_equal(np.asarray(lazy[0]["w3"]), trees[0]["w3"])  # still loaded
+
+
+def test_a_streamed_ties_merge_reuses_its_buffers_and_equals_the_in_memory_merge(tmp_path):
+    from inspector.core.merge import plan_merge
+
+    trees, lazy = _files(tmp_path, n=4, seed=4)
+    base = {k: v * 0.5 for k, v in trees[0].items()}
+    kw = dict(weights=[1.0, 0.5], density=0.4)
+    plan = plan_merge("ties", lazy, base=base, stream=True, **kw)
+    assert all(isinstance(c.args[0], OutputSlot) for c in plan.calls)
+    out = inspector.merge("ties", lazy, base=base, out=tmp_path / "ties.safetensors", **kw)
+    memory = inspector.merge("ties", trees, base=base, **kw)
+    for k in trees[0]:
+        np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(memory[k]))
