@@ -171,7 +171,8 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed:
             # ones) are read here, one at a time, in the read time too.
             slotted = any(isinstance(a, OutputSlot) for a in values)
             args: list = [None] * len(values)
-            aliased = []  # indices of arguments read into the pool's buffers
+            aliased = []  # arguments on host memory just read: in the pool's buffers (their
+            # index) or read by their own reader (-1)
             for j, a in enumerate(values):
                 if isinstance(a, OutputSlot):
                     args[j] = slots.take(a)  # donated: the result lands in a reused buffer
@@ -180,6 +181,7 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed:
                     host = np.asarray(a)
                     read += time.perf_counter() - begin
                     args[j] = jax.device_put(host, plan.device)
+                    aliased.append(-1)  # may alias `host` too
                     del host
                 elif isinstance(a, jax.Array):
                     args[j] = a
@@ -187,8 +189,9 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed:
                     aliased.append(j)
                 else:
                     args[j] = placed.get(a)
-            if aliased:  # one batched call: on the CPU the read buffers are used as they are
-                for j, x in zip(aliased, jax.device_put([values[j] for j in aliased],
+            in_pool = [j for j in aliased if j >= 0]
+            if in_pool:  # one batched call: on the CPU the read buffers are used as they are
+                for j, x in zip(in_pool, jax.device_put([values[j] for j in in_pool],
                                                         plan.device, may_alias=True),
                                 strict=True):
                     args[j] = x
@@ -198,9 +201,10 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed:
             if buffers and overlaps(out, buffers):
                 out = out.copy()  # the buffers are reused for the next leaves
             del args
-            # JAX defers releasing arrays that alias host memory (the leaves just read) to its
-            # collector hook: run it, so they are gone before the next call reads
-            gc.collect(0)
+            if aliased:
+                # JAX defers releasing arrays that alias host memory (the leaves just read) to
+                # its collector hook: run it, so they are gone before the next call reads
+                gc.collect(0)
         finally:
             inputs.give_back(buffers)
         counter.finished(i, read, time.perf_counter() - start - read)
