@@ -99,3 +99,16 @@ def test_a_streamed_ties_merge_reuses_its_buffers_and_equals_the_in_memory_merge
     memory = inspector.merge("ties", trees, base=base, **kw)
     for k in trees[0]:
         np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(memory[k]))
+
+
+def test_twenty_streamed_runs_leave_no_device_buffers_behind(tmp_path):
+    import jax
+
+    _, lazy = _files(tmp_path, n=3, seed=5)
+    target = tmp_path / "sum.safetensors"
+    counts = []
+    for _ in range(20):
+        inspector.weighted_sum(lazy, [0.5, 0.5], out=target)
+        gc.collect()
+        counts.append(len(jax.live_arrays()))
+    assert counts[-1] <= counts[1]  # no growth once warm (output buffers, weights)
