@@ -56,7 +56,7 @@ def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = No
         return _ws.weighted_sum(trees, weights, device=device)
     # Packed inputs stream too: their leaves are views into the buffers.
     trees = [unpacked(t) for t in trees]
-    plan = _ws.plan_weighted_sum(trees, weights, device)
+    plan = _ws.plan_weighted_sum(trees, weights, device, stream=True)
     return write_streamed(lazy_result(plan, progress), out)
 
 
@@ -87,7 +87,7 @@ def merge(method: str, trees, *, base=None, weights=None, device=None,
         return _merge.merge(method, trees, base=base, weights=weights, device=device, **params)
     plan = _merge.plan_merge(method, [unpacked(t) for t in trees],
                              base=None if base is None else unpacked(base), weights=weights,
-                             device=device, **params)
+                             device=device, stream=True, **params)
     return write_streamed(lazy_result(plan, progress), out)
 
 

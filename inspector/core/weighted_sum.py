@@ -18,7 +18,8 @@ from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.leaves import dtype_name
 from inspector.core.op import Op, register
-from inspector.core.out_buffers import output_buffer, warm_fill, worth_donating
+from inspector.core.out_buffers import DONATE_BYTES, output_buffer, warm_fill, worth_donating
+from inspector.core.output_slots import OutputSlot
 from inspector.core.packed import Layout, same_layout
 from inspector.core.plan import Call, Plan
 
@@ -90,8 +91,11 @@ def _donated_kernel(k: int, acc, out):
     return kernel
 
 
-def plan_weighted_sum(trees, weights, device=None) -> Plan:
+def plan_weighted_sum(trees, weights, device=None, stream: bool = False) -> Plan:
     """Validates the inputs and returns the `Plan` that computes the weighted sum.
+
+    `stream=True` plans for `lazy_result` (an `out=` file): large outputs of plain leaves
+    take an `OutputSlot`, filled with a buffer reused along the stream.
 
     Raises:
         InspectorError: no trees, or not one weight per tree.
@@ -121,7 +125,7 @@ def plan_weighted_sum(trees, weights, device=None) -> Plan:
     integral = _integral(weights)
     if same_layout(trees):
         return _packed_plan(trees, weights, integral, device, action)
-    return _leaf_plan(trees, weights, integral, device, action)
+    return _leaf_plan(trees, weights, integral, device, action, stream)
 
 
 def _weight_array(weights, integral: bool, dtype) -> np.ndarray:
@@ -143,7 +147,7 @@ def _check_numeric(dtypes_by_path: dict[str, str], action: str) -> None:
         )
 
 
-def _leaf_plan(trees, weights, integral, device, action) -> Plan:
+def _leaf_plan(trees, weights, integral, device, action, stream=False) -> Plan:
     flat = [validate.flatten(t) for t in trees]
     treedef = flat[0][1]
     columns = [validate.check_array_leaves(t, leaves, action) for t, (leaves, _) in
@@ -166,7 +170,13 @@ def _leaf_plan(trees, weights, integral, device, action) -> Plan:
         key = ("weighted_sum", k, shape, name, dtype_name(acc), dtype_name(out))
         args = [w_by_dtype[name], *(col[i] for col in columns)]
         sharding = placement.first(args[1:])
-        if sharding is None and worth_donating(math.prod(shape) * out.itemsize, args[1:]):
+        nbytes = math.prod(shape) * out.itemsize
+        if sharding is None and stream and nbytes >= DONATE_BYTES:
+            # streamed (`lazy_result`): into one of a few buffers reused along the stream
+            call = Call(("weighted_sum_donated", *key[1:]),
+                        lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out),
+                        [OutputSlot(shape, out), *args], donate=(0,))
+        elif sharding is None and worth_donating(nbytes, args[1:]):
             # written into a reused buffer (the previous result's, inside `donating`)
             call = Call(("weighted_sum_donated", *key[1:]),
                         lambda k=k, acc=acc, out=out: _donated_kernel(k, acc, out),

@@ -117,7 +117,8 @@ class PositionedWriter:
                     self._cond.wait()
                 if not self._queue:
                     return
-                offset, view = self._queue[0]
+                piece = self._queue[0]
+                offset, view = piece
             try:
                 done = 0
                 while done < len(view):
@@ -130,6 +131,8 @@ class PositionedWriter:
                     self._cond.notify_all()
                 return
             with self._cond:
+                if not self._queue or self._queue[0] is not piece:
+                    return  # abandoned meanwhile (`abandon` cleared the queue)
                 self._queue.popleft()
                 self._pending -= len(view)
                 self._cond.notify_all()

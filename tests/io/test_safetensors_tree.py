@@ -163,3 +163,27 @@ def test_a_large_build_leaves_no_young_objects_and_keeps_a_programs_frozen_ones(
     finally:
         gc.unfreeze()
     assert len(kept) == len(more)
+
+
+@pytest.mark.parametrize("parser", ["orjson", "json"])
+def test_either_parser_gives_the_same_tree_and_refuses_the_same_headers(tmp_path, monkeypatch,
+                                                                       parser):
+    if parser == "json":
+        monkeypatch.setattr(safetensors_tree, "_loads", safetensors_tree._json_loads)
+    else:
+        import orjson
+
+        assert safetensors_tree._loads is orjson.loads  # a dependency: the fast parser is on
+    tensors = _tensors()
+    path = tmp_path / "m.safetensors"
+    safetensors.numpy.save_file(tensors, str(path), metadata={"format": "pt"})
+    fast = nesting.flatten(_fast(path))
+    assert {k: (v.shape, v.dtype, v.source, v.region) for k, v in fast.items()} == {
+        k: (v.shape, v.dtype, v.source, v.region)
+        for k, v in nesting.flatten(_careful(path)).items()}
+    for text in ['{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551624]}}',
+                 '{"a":{"dtype":"F32","shape":[NaN],"data_offsets":[0,8]}}']:
+        bad = _write(tmp_path / "bad.safetensors", {}, bytes(8), text)
+        assert _fast(bad) is None
+        with pytest.raises(LoadError):
+            inspector.load(bad)

@@ -15,14 +15,20 @@ from inspector.core.devices import resolve_device
 from inspector.core.merge import checks, kernels
 from inspector.core.merge.methods import Method
 from inspector.core.op import Op, register
+from inspector.core.out_buffers import DONATE_BYTES
+from inspector.core.output_slots import OutputSlot
 from inspector.core.packed import PackedTree
 from inspector.core.plan import Call, Plan
 
 _F32 = np.dtype(np.float32)
 
 
-def plan_merge(method: str, trees, *, base=None, weights=None, device=None, **params) -> Plan:
+def plan_merge(method: str, trees, *, base=None, weights=None, device=None, stream=False,
+               **params) -> Plan:
     """Validates everything, then returns the `Plan` that computes `merge(...)`.
+
+    `stream=True` plans for `lazy_result` (an `out=` file): large outputs of plain leaves
+    take an `OutputSlot`, filled with a buffer reused along the stream.
 
     Raises:
         InspectorError: unknown method or parameter, wrong tree count, missing base, bad
@@ -44,7 +50,7 @@ def plan_merge(method: str, trees, *, base=None, weights=None, device=None, **pa
     compute = partial(_compute, spec.name, k, statics)
     if all(isinstance(t, PackedTree) for t in inputs):
         return _packed_plan(spec, inputs, compute, statics, fparams, key, values, device)
-    return _leaf_plan(spec, inputs, compute, statics, fparams, key, values, device)
+    return _leaf_plan(spec, inputs, compute, statics, fparams, key, values, device, stream)
 
 
 def merge(method: str, trees, *, base=None, weights=None, device=None, **params):
@@ -165,6 +171,16 @@ def _leaf_kernel(compute, shape, dtype):
     return kernel
 
 
+def _donated_leaf_kernel(compute, shape, dtype):
+    leaf = _leaf_kernel(compute, shape, dtype)
+
+    def kernel(buffer, fp, ip, key, *arrays):
+        del buffer  # donated: the result is written into it (a stream's reused buffer)
+        return leaf(fp, ip, key, *arrays)
+
+    return kernel
+
+
 def _whole_kernel(compute, dtype):
     def kernel(buffer, fp, ip, key, *arrays):
         del buffer  # donated: the result is written into it, no fresh pages
@@ -204,7 +220,8 @@ def _counts(spec, values, sizes):
     return [[n] * len(values.get("density", [0])) for n in sizes]
 
 
-def _leaf_plan(spec, inputs, compute, statics, fparams, key, values, device) -> Plan:
+def _leaf_plan(spec, inputs, compute, statics, fparams, key, values, device,
+               stream=False) -> Plan:
     action = f"Cannot merge with {spec.name!r}"
     flat = [validate.flatten(t) for t in inputs]
     treedef = flat[0][1]
@@ -221,8 +238,13 @@ def _leaf_plan(spec, inputs, compute, statics, fparams, key, values, device) -> 
         shape = tuple(x.shape)
         call_key = ("merge", spec.name, n_in, statics, shape, str(dtype))
         args = [fparams, _int_params(counts[i], i, 0), key(i), *(col[i] for col in columns)]
-        call = Call(call_key, partial(_leaf_kernel, compute, shape, dtype), args)
         sharding = placement.first(args[3:])
+        if sharding is None and stream and sizes[i] * dtype.itemsize >= DONATE_BYTES:
+            call = Call(("merge_donated", *call_key[1:]),
+                        partial(_donated_leaf_kernel, compute, shape, dtype),
+                        [OutputSlot(shape, dtype), *args], donate=(0,))
+        else:
+            call = Call(call_key, partial(_leaf_kernel, compute, shape, dtype), args)
         if sharding is not None:  # SPMD over the mesh; the merged leaf keeps the layout
             call.shardings = ((placement.replicated(sharding.mesh),) * 3
                               + placement.like(sharding, args[3:]))
