@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import inspector
-from tests.core.test_health_scan import assert_figures
+from tests.core.test_health_scan import assert_figures, in_form
 
 
 def fp8_tree():
@@ -28,13 +28,7 @@ def fp8_tree():
 @pytest.mark.parametrize("form", ["plain", "packed", "lazy"])
 def test_quantized_groups_are_scanned_dequantized(form):
     tree, want = fp8_tree()
-    if form == "packed":
-        tree = inspector.pack(tree)
-    elif form == "lazy":
-        import jax
-        tree = jax.tree.map(lambda x: inspector.LazyArray(
-            np.shape(x), np.asarray(x).dtype, lambda x=x: np.asarray(x)), tree)
-    s = inspector.scan(tree)
+    s = inspector.scan(in_form(tree, form))
     assert sorted(x.path for x in s.leaves) == sorted(want)  # no codes or scales alone
     for path, values in want.items():
         stats = s.leaf(path)

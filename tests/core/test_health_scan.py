@@ -13,6 +13,16 @@ import inspector
 from inspector.core.health.leaf_stats import LeafStats
 
 
+def in_form(tree, form: str):
+    """`tree` as given ("plain"), packed, or with every leaf a LazyArray read on demand."""
+    if form == "packed":
+        return inspector.pack(tree)
+    if form == "lazy":
+        return jax.tree.map(lambda x: inspector.LazyArray(
+            np.shape(x), np.asarray(x).dtype, lambda x=x: np.asarray(x)), tree)
+    return tree
+
+
 def reference(x) -> dict:
     """The figures of one leaf, by NumPy in float64 (moments over the finite elements); a
     float64 leaf is scanned in float32 unless JAX has x64 on, so it is rounded first."""
@@ -78,12 +88,7 @@ def plain_leaves(tree) -> dict:
 def test_every_figure_matches_numpy_float64(form):
     tree = mixed_tree()
     leaves = plain_leaves(tree)
-    if form == "packed":
-        tree = inspector.pack(tree)
-    elif form == "lazy":
-        tree = jax.tree.map(lambda x: inspector.LazyArray(
-            np.shape(x), np.asarray(x).dtype, lambda x=x: np.asarray(x)), tree)
-    s = inspector.scan(tree)
+    s = inspector.scan(in_form(tree, form))
     assert [x.path for x in s.leaves] == list(leaves)  # describe (flattening) order
     for stats in s.leaves:
         assert_figures(stats, leaves[stats.path])

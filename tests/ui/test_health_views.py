@@ -45,13 +45,20 @@ def test_scan_colours_rows_and_next_nan_walks_the_offenders():
     assert view.lazy.shown()[NAN_LEAF]["heat"]["title"].startswith("norm: ")
 
 
-def test_timeline_of_loaded_trees_and_a_picked_cell_opens_the_comparison():
+def _timeline_of(steps: int):
+    """A session holding the planted run's first `steps` checkpoints, their timeline built
+    (fold depth 2), and its view."""
     state = _state()
     names = [state.add_tree(f"step {i + 1}", tree, "test") for i, tree in
-             enumerate(planted_run()[:4])]
+             enumerate(planted_run()[:steps])]
     view = TimelineView(state)
     state.health.param.update(timeline_trees=names, depth=2)
     state.health.open_timeline = True
+    return state, view
+
+
+def test_timeline_of_loaded_trees_and_a_picked_cell_opens_the_comparison():
+    state, view = _timeline_of(4)
     t = state.health.timeline
     assert t.frozen() == [FROZEN] and t.first_nonfinite() == {NAN_LEAF: 2}
     view._update()
@@ -73,12 +80,7 @@ def test_timeline_of_loaded_trees_and_a_picked_cell_opens_the_comparison():
 def test_a_pick_while_the_comparison_is_built_keeps_its_leaf_selected():
     """In the app the comparison runs after the pick (a background task): its result must
     not clear the leaf the pick selected meanwhile, and that leaf's values are read."""
-    state = _state()
-    names = [state.add_tree(f"step {i + 1}", tree, "test") for i, tree in
-             enumerate(planted_run()[:3])]
-    view = TimelineView(state)
-    state.health.param.update(timeline_trees=names, depth=2)
-    state.health.open_timeline = True
+    state, view = _timeline_of(3)
     view._update()
     state.busy = True  # another task is running: the comparison waits in the queue
     view.tap("['enc']['moving']", 2)
