@@ -14,9 +14,9 @@ Each chunk is cut where a leaf starts or ends, so each segment belongs to one le
 is a run of whole segments (no masked pieces). Per segment, the ten partials of `kernels.py`
 (`n, shift, sum d, sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
 
-- min, max: `np.minimum/maximum.reduceat`; a NaN or Inf shows in them (NaN propagates), and
-  only a chunk holding one (or whose float32 sums overflow) goes through the careful pass
-  (`_careful`: float64, NaN/Inf counted and left out of the moments);
+- min, max: `np.minimum/maximum.reduceat` of the bits as integers (`_min_max`); a NaN or
+  Inf shows in them, and only a chunk holding one (or whose float32 sums overflow) goes
+  through the careful pass (`_careful`: float64, NaN/Inf counted, left out of the moments);
 - sums and sums of squares in float32, pairwise (`np.add.reduceat`), or for a chunk that is one
   segment as BLAS products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added
   in float64: error ~1e-7 relative;
@@ -144,8 +144,7 @@ def _one(y: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
 def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
     """The partials of a chunk holding several segments (`starts`, relative to the chunk)."""
     n = np.diff(np.append(starts, y.size))
-    lo = np.minimum.reduceat(y, starts)
-    hi = np.maximum.reduceat(y, starts)
+    lo, hi = _min_max(y, starts)
     out[:, COUNT], out[:, MIN], out[:, MAX] = n, lo, hi
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
         _careful(y, starts, out)
@@ -176,6 +175,24 @@ def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarra
         out[:, SHIFT] = np.where(far, c, out[:, SHIFT])
     out[spread, SUM_D] = s[spread]
     out[spread, SUM_DD] = ss[spread]
+
+
+def _min_max(y: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment min and max of float32 `y`, from integer reductions of its bits (NumPy's
+    float `minimum.reduceat` costs ~60 ns a segment more: 100k leaves of 16-1,024 elements,
+    min and max 24 ms against 17 ms). As uint32 a negative float (sign bit set) is above every
+    positive one and larger the larger its magnitude; as int32 a positive one is above every
+    negative one and ordered. So the min is the uint32 max when the segment holds a negative
+    (its sign bit), else the uint32 min; the max is the int32 max when that is not negative,
+    else (all negative) the uint32 min. A NaN or Inf makes the min or the max NaN or Inf, as
+    the float reductions do (only which non-finite value shows can differ)."""
+    u = y.view(np.uint32)
+    umax = np.maximum.reduceat(u, starts)
+    umin = np.minimum.reduceat(u, starts)
+    imax = np.maximum.reduceat(y.view(np.int32), starts)
+    lo = np.where(umax >= 0x80000000, umax, umin).view(np.float32)
+    hi = np.where(imax >= 0, imax.view(np.uint32), umin).view(np.float32)
+    return lo, hi
 
 
 def _careful(y: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
