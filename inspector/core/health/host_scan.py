@@ -86,7 +86,8 @@ def host_rows(x: np.ndarray, points: np.ndarray) -> np.ndarray:
     if POOL is None or n_chunks < 4:
         _chunks(x, points, first, rows, range(n_chunks))
     else:
-        bounds = np.linspace(0, n_chunks, THREADS + 1).astype(int)
+        # several jobs a thread: on a busy machine a thread that gets its core takes more
+        bounds = np.linspace(0, n_chunks, min(n_chunks, 4 * THREADS) + 1).astype(int)
         jobs = [POOL.submit(_chunks, x, points, first, rows, range(a, b))
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         for job in jobs:
@@ -184,15 +185,19 @@ def _min_max(y: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     positive one and larger the larger its magnitude; as int32 a positive one is above every
     negative one and ordered. So the min is the uint32 max when the segment holds a negative
     (its sign bit), else the uint32 min; the max is the int32 max when that is not negative,
-    else (all negative) the uint32 min. A NaN or Inf makes the min or the max NaN or Inf, as
-    the float reductions do (only which non-finite value shows can differ)."""
+    else (all negative) the uint32 min: a third pass, only for a chunk with a segment of one
+    sign. A NaN or Inf makes the min or the max NaN or Inf, as the float reductions do (only
+    which non-finite value shows can differ)."""
     u = y.view(np.uint32)
     umax = np.maximum.reduceat(u, starts)
-    umin = np.minimum.reduceat(u, starts)
     imax = np.maximum.reduceat(y.view(np.int32), starts)
-    lo = np.where(umax >= 0x80000000, umax, umin).view(np.float32)
-    hi = np.where(imax >= 0, imax.view(np.uint32), umin).view(np.float32)
-    return lo, hi
+    negative = umax >= 0x80000000  # the segment holds a negative (or -0.0)
+    positive = imax >= 0  # ... a positive (or +0.0)
+    lo, hi = umax, imax.view(np.uint32)
+    if not (negative.all() and positive.all()):
+        umin = np.minimum.reduceat(u, starts)
+        lo, hi = np.where(negative, lo, umin), np.where(positive, hi, umin)
+    return lo.view(np.float32), hi.view(np.float32)
 
 
 def _careful(y: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
@@ -228,16 +233,18 @@ def host_figures(rows: np.ndarray, start: np.ndarray, stop: np.ndarray) -> dict[
     r = rows.T[:, np.minimum(start, max(len(rows) - 1, 0))] if len(rows) else \
         np.zeros((10, len(start)))
     n = r[COUNT]
-    has = n > 0
-    safe = np.where(has, n, 1.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        total = np.where(has, n * r[SHIFT] + r[SUM_D], 0.0)
-        m2 = np.where(has, np.maximum(r[SUM_DD] - r[SUM_D] ** 2 / safe, 0.0), 0.0)
-        mean = np.where(has, total / safe, np.nan)
-        std = np.where(has, np.sqrt(m2 / safe), np.nan)
+    safe = np.maximum(n, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        total = n * r[SHIFT] + r[SUM_D]
+        m2 = np.maximum(r[SUM_DD] - r[SUM_D] ** 2 / safe, 0.0)
+        mean = total / safe
+        std = np.sqrt(m2 / safe)
         l2 = np.sqrt(m2 + total ** 2 / safe)
-    lo = np.where(has, r[MIN], np.nan)
-    hi = np.where(has, r[MAX], np.nan)
+    lo, hi = r[MIN], r[MAX]  # rows of the gathered copy
+    empty = n == 0  # no finite element (the others' figures are replaced below)
+    if empty.any():
+        total[empty] = m2[empty] = l2[empty] = 0.0
+        mean[empty] = std[empty] = lo[empty] = hi[empty] = np.nan
     single = {"n_finite": n, "zeros": r[ZEROS], "nan": r[NAN], "posinf": r[POSINF],
               "neginf": r[NEGINF], "min": lo, "max": hi, "mean": mean, "std": std, "l2": l2,
               "max_abs": np.fmax(np.abs(lo), np.abs(hi)), "m2": m2, "sum": total}
