@@ -115,3 +115,30 @@ def test_plain_trees_use_exact_host_buffers(small_chunks):
     s = inspector.scan(tree)
     for stats in s.leaves:
         assert_figures(stats, leaves(tree)[stats.path])
+
+
+def test_many_small_random_leaves_of_every_sign(small_chunks):
+    """Many small random leaves (the integer min/max of `_min_max`): all negative, all
+    positive, mixed, -0.0 and +0.0 together, NaN of either sign, -Inf, +Inf."""
+    rng = np.random.default_rng(3)
+    small = []
+    for i, n in enumerate(rng.integers(1, 70, 600)):
+        x = rng.standard_normal(int(n)).astype(np.float32) * np.float32(10.0 ** (i % 7 - 3))
+        small.append(-np.abs(x) if i % 3 == 0 else np.abs(x) if i % 3 == 1 else x)
+    small[5][:] = -0.0
+    small[6][:] = 0.0
+    small[6][0] = -0.0
+    small[9][-1] = -0.0
+    small[10][0] = np.float32(-np.nan) if np.signbit(np.float32(-np.nan)) else \
+        -np.abs(np.float32(np.nan))
+    small[11][-1] = np.nan
+    small[12][0] = -np.inf
+    small[13][-1] = np.inf
+    small[15] = np.array([-np.inf, np.inf] * 3, np.float32)
+    s = inspector.scan(inspector.pack({"small": small}))
+    ref = leaves({"small": small})
+    for stats in s.leaves:
+        assert_figures(stats, ref[stats.path])
+    assert s.leaf("['small'][5]").zeros == s.leaf("['small'][5]").size
+    assert s.leaf("['small'][0]").max < 0 < s.leaf("['small'][1]").min
+    assert [x.path for x in s.nonfinite()] == [f"['small'][{i}]" for i in (10, 11, 12, 13, 15)]

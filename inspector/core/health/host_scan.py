@@ -14,9 +14,9 @@ Each chunk is cut where a leaf starts or ends, so each segment belongs to one le
 is a run of whole segments (no masked pieces). Per segment, the ten partials of `kernels.py`
 (`n, shift, sum d, sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
 
-- min, max: `np.minimum/maximum.reduceat`; a NaN or Inf shows in them (NaN propagates), and
-  only a chunk holding one (or whose float32 sums overflow) goes through the careful pass
-  (`_careful`: float64, NaN/Inf counted and left out of the moments);
+- min, max: `np.minimum/maximum.reduceat` of the bits as integers (`_min_max`); a NaN or
+  Inf shows in them, and only a chunk holding one (or whose float32 sums overflow) goes
+  through the careful pass (`_careful`: float64, NaN/Inf counted, left out of the moments);
 - sums and sums of squares in float32, pairwise (`np.add.reduceat`), or for a chunk that is one
   segment as BLAS products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added
   in float64: error ~1e-7 relative;
@@ -86,7 +86,8 @@ def host_rows(x: np.ndarray, points: np.ndarray) -> np.ndarray:
     if POOL is None or n_chunks < 4:
         _chunks(x, points, first, rows, range(n_chunks))
     else:
-        bounds = np.linspace(0, n_chunks, THREADS + 1).astype(int)
+        # several jobs a thread: on a busy machine a thread that gets its core takes more
+        bounds = np.linspace(0, n_chunks, min(n_chunks, 4 * THREADS) + 1).astype(int)
         jobs = [POOL.submit(_chunks, x, points, first, rows, range(a, b))
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         for job in jobs:
@@ -144,8 +145,7 @@ def _one(y: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
 def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
     """The partials of a chunk holding several segments (`starts`, relative to the chunk)."""
     n = np.diff(np.append(starts, y.size))
-    lo = np.minimum.reduceat(y, starts)
-    hi = np.maximum.reduceat(y, starts)
+    lo, hi = _min_max(y, starts)
     out[:, COUNT], out[:, MIN], out[:, MAX] = n, lo, hi
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
         _careful(y, starts, out)
@@ -176,6 +176,29 @@ def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarra
         out[:, SHIFT] = np.where(far, c, out[:, SHIFT])
     out[spread, SUM_D] = s[spread]
     out[spread, SUM_DD] = ss[spread]
+
+
+def _min_max(y: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment min and max of float32 `y`, from integer reductions of its bits (NumPy's
+    float `minimum.reduceat` costs ~50 ns a segment more: 100k leaves of 16-1,024 elements,
+    the float min and max 24 ms against 17 ms for three integer passes).
+
+    As uint32 a negative float (sign bit set) is above every positive one and larger the
+    larger its magnitude; as int32 a positive one is above every negative one and ordered. So
+    the min is the uint32 max when the segment holds a negative, else the uint32 min; the max
+    is the int32 max when that is not negative, else (all negative) the uint32 min: a third
+    pass, only for a chunk with a segment of one sign. A NaN or Inf makes the min or the max
+    NaN or Inf, as the float reductions do (only which non-finite value shows can differ)."""
+    u = y.view(np.uint32)
+    umax = np.maximum.reduceat(u, starts)
+    imax = np.maximum.reduceat(y.view(np.int32), starts)
+    negative = umax >= 0x80000000  # the segment holds a negative (or -0.0)
+    positive = imax >= 0  # ... a positive (or +0.0)
+    lo, hi = umax, imax.view(np.uint32)
+    if not (negative.all() and positive.all()):
+        umin = np.minimum.reduceat(u, starts)
+        lo, hi = np.where(negative, lo, umin), np.where(positive, hi, umin)
+    return lo.view(np.float32), hi.view(np.float32)
 
 
 def _careful(y: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
@@ -211,16 +234,18 @@ def host_figures(rows: np.ndarray, start: np.ndarray, stop: np.ndarray) -> dict[
     r = rows.T[:, np.minimum(start, max(len(rows) - 1, 0))] if len(rows) else \
         np.zeros((10, len(start)))
     n = r[COUNT]
-    has = n > 0
-    safe = np.where(has, n, 1.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        total = np.where(has, n * r[SHIFT] + r[SUM_D], 0.0)
-        m2 = np.where(has, np.maximum(r[SUM_DD] - r[SUM_D] ** 2 / safe, 0.0), 0.0)
-        mean = np.where(has, total / safe, np.nan)
-        std = np.where(has, np.sqrt(m2 / safe), np.nan)
+    safe = np.maximum(n, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        total = n * r[SHIFT] + r[SUM_D]
+        m2 = np.maximum(r[SUM_DD] - r[SUM_D] ** 2 / safe, 0.0)
+        mean = total / safe
+        std = np.sqrt(m2 / safe)
         l2 = np.sqrt(m2 + total ** 2 / safe)
-    lo = np.where(has, r[MIN], np.nan)
-    hi = np.where(has, r[MAX], np.nan)
+    lo, hi = r[MIN], r[MAX]  # rows of the gathered copy
+    empty = n == 0  # no finite element (the others' figures are replaced below)
+    if empty.any():
+        total[empty] = m2[empty] = l2[empty] = 0.0
+        mean[empty] = std[empty] = lo[empty] = hi[empty] = np.nan
     single = {"n_finite": n, "zeros": r[ZEROS], "nan": r[NAN], "posinf": r[POSINF],
               "neginf": r[NEGINF], "min": lo, "max": hi, "mean": mean, "std": std, "l2": l2,
               "max_abs": np.fmax(np.abs(lo), np.abs(hi)), "m2": m2, "sum": total}

@@ -68,7 +68,8 @@ class LeafTable(Sequence):
         self.columns = {"size": np.asarray(sizes, np.int64)}
         self.columns.update({k: np.asarray(figures[k]).astype(np.int64) for k in _COUNTS})
         self.columns.update({k: np.asarray(figures[k], np.float64) for k in _VALUES})
-        self.columns["dtype"] = np.asarray(self.dtypes, object)
+        # fromiter: `np.asarray` of 100k dtype objects took 12 ms (it inspects each one)
+        self.columns["dtype"] = np.fromiter(self.dtypes, object, len(self.dtypes))
         self._built: list | None = None
 
     @classmethod
