@@ -21,7 +21,7 @@ from inspector.core.compile_count import add_thread_compiles, thread_compiles
 from inspector.core.errors import InspectorError
 
 __all__ = ["cached_kernels", "clear_cache", "compile_missing", "compiled_kernel",
-           "kernel_counts", "set_cache_limit"]
+           "kernel_counts", "load_stored", "set_cache_limit"]
 
 _CACHE: OrderedDict[tuple, jax.stages.Compiled] = OrderedDict()
 _LOCK = threading.Lock()
@@ -143,22 +143,19 @@ def compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
         return compiled, new
 
 
-def compile_missing(calls: list[Call], device) -> int:
-    """Compiles the kernels of `calls` not yet cached, several at once; returns how many.
-
-    Each kernel is traced and lowered in the calling thread (so JAX's thread-local settings,
-    e.g. `jax.enable_x64` or a dtype-promotion context, apply as they would to `jax.jit`),
-    then XLA compiles them side by side, outside the GIL, one per core (up to 8): a plain
-    tree's kernels, three per leaf shape. Their compilations count for the calling thread
-    (`thread_compiles`), as if it had made them. Fewer than two missing: none compiled here
-    (`compiled_kernel` compiles it). Kernels stored by an earlier process
-    (`executable_cache`) are loaded first, neither lowered nor counted."""
+def _missing(calls: list[Call], device) -> dict[tuple, Call]:
     missing: dict[tuple, Call] = {}
     with _LOCK:
         for call in calls:
             key = _cache_key(call, device)
             if key not in _CACHE:
                 missing.setdefault(key, call)
+    return missing
+
+
+def _load_stored(missing: dict[tuple, Call], device) -> dict[tuple, tuple]:
+    """Loads the stored kernels of `missing` into the cache; returns the others, each with
+    its abstract arguments and key text (for `_lower` and `executable_cache.store`)."""
     found, lowering = {}, {}
     for key, call in missing.items():
         abstract, text, compiled = _from_disk(call, device)
@@ -170,7 +167,31 @@ def compile_missing(calls: list[Call], device) -> int:
         with _LOCK:
             _CACHE.update(found)
             _evict()
-        missing = {key: missing[key] for key in lowering}
+    return lowering
+
+
+def load_stored(calls: list[Call], device) -> int:
+    """Loads the kernels of `calls` that an earlier process stored (`executable_cache`) and
+    this one has not yet; returns how many. Nothing is traced, lowered or compiled: cheap
+    enough (a few ms per kernel) to run before a plan's reads start, which it would otherwise
+    contend with (loading maps executable memory while the reads fault pages in)."""
+    missing = _missing(calls, device)
+    return len(missing) - len(_load_stored(missing, device))
+
+
+def compile_missing(calls: list[Call], device) -> int:
+    """Compiles the kernels of `calls` not yet cached, several at once; returns how many.
+
+    Each kernel is traced and lowered in the calling thread (so JAX's thread-local settings,
+    e.g. `jax.enable_x64` or a dtype-promotion context, apply as they would to `jax.jit`),
+    then XLA compiles them side by side, outside the GIL, one per core (up to 8): a plain
+    tree's kernels, three per leaf shape. Their compilations count for the calling thread
+    (`thread_compiles`), as if it had made them. Fewer than two missing: none compiled here
+    (`compiled_kernel` compiles it). Kernels stored by an earlier process
+    (`executable_cache`) are loaded first, neither lowered nor counted."""
+    missing = _missing(calls, device)
+    lowering = _load_stored(missing, device)
+    missing = {key: missing[key] for key in lowering}
     if len(missing) < 2 or _WORKERS < 2:
         return 0
 
