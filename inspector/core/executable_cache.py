@@ -48,7 +48,7 @@ import jaxlib
 
 from inspector.core import caches, compile_cache
 
-__all__ = ["folder", "fresh", "jax_hits", "key_text", "load", "store"]
+__all__ = ["folder", "fresh", "jax_hits", "key_text", "load", "storable", "store"]
 
 ENV = "INSPECTOR_EXECUTABLE_CACHE"
 _PLAIN = (str, int, float, bool, type(None), bytes)
@@ -140,12 +140,21 @@ def _plain(value) -> bool:
     return type(value) in _PLAIN
 
 
+def storable(call, device) -> bool:
+    """Whether the kernel of `call` on `device` may be stored: the cache is on, the call's key
+    is made of plain values and it has no shardings (its key then decides its kernel)."""
+    return (call.shardings is None and call.out_shardings is None
+            and isinstance(device, jax.Device) and _plain(call.key) and folder() is not None)
+
+
 def key_text(call, device, abstract) -> str | None:
-    """The text the kernel of `call` on `device` is stored under, or None where its key may not
-    determine its kernel (not plain values, sharded) or the cache is off."""
-    if (call.shardings is not None or call.out_shardings is not None
-            or not isinstance(device, jax.Device) or not _plain(call.key)
-            or folder() is None):
+    """The text the kernel of `call` on `device` is stored under, or None where it is not
+    `storable`."""
+    if not storable(call, device):
+        return None
+    try:
+        sources = _sources()
+    except OSError:  # sources not readable as files (a zipped install): not stored
         return None
     client = device.client
     config = jax.config
@@ -157,7 +166,7 @@ def key_text(call, device, abstract) -> str | None:
         (config.jax_enable_x64, config.jax_numpy_dtype_promotion,
          str(config.jax_default_matmul_precision)),
         (jax.__version__, jaxlib.__version__, os.environ.get("XLA_FLAGS", ""),
-         sys.version_info[:2], _sources()),
+         sys.version_info[:2], sources),
     ))
 
 

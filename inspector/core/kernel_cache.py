@@ -82,11 +82,15 @@ def _abstracts(call: Call, device) -> list:
     return [_abstract(a, call.target(i, device)) for i, a in enumerate(call.args)]
 
 
-def _from_disk(call: Call, device) -> tuple[list, str | None, jax.stages.Compiled | None]:
-    """`(abstract args, the call's key text on disk or None, its stored kernel or None)`."""
+def _from_disk(call: Call, device) -> tuple[list | None, str | None,
+                                             jax.stages.Compiled | None]:
+    """`(abstract args, the call's key text on disk, its stored kernel)`, each None where
+    not found (all three where the call is not `storable`: nothing computed)."""
     # at the first compile, not at import (the cache settings are JAX's, process-wide); here,
     # as the kernels compiled side by side (`compile_missing`) never pass through `_compile`
     compile_cache.enable()  # kernels compiled by an earlier process come from disk
+    if not executable_cache.storable(call, device):
+        return None, None, None
     abstract = _abstracts(call, device)
     text = executable_cache.key_text(call, device, abstract)
     compiled = None if text is None else executable_cache.load(text, device)
@@ -175,6 +179,8 @@ def load_stored(calls: list[Call], device) -> int:
     this one has not yet; returns how many. Nothing is traced, lowered or compiled: cheap
     enough (a few ms per kernel) to run before a plan's reads start, which it would otherwise
     contend with (loading maps executable memory while the reads fault pages in)."""
+    if executable_cache.folder() is None:
+        return 0
     missing = _missing(calls, device)
     return len(missing) - len(_load_stored(missing, device))
 
