@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import jax
 import numpy as np
 
+from inspector.core import executable_cache
 from inspector.core.calls import Call, batch_call, carry, schedule
 from inspector.core.kernel_cache import compile_missing, compiled_kernel, kernel_counts, load_stored
 from inspector.core.lazy import LazyArray
@@ -62,6 +63,8 @@ class Plan:
     def preload(self) -> float:
         """Loads the kernels an earlier process stored (`executable_cache`), tracing nothing;
         returns the seconds (0.0 when none was loaded). `run` calls it before its reads start."""
+        if executable_cache.folder() is None:  # off: not even the schedule is made
+            return 0.0
         start = time.perf_counter()
         n = load_stored([call for _, call in self._kernels()], self.device)
         return time.perf_counter() - start if n else 0.0
