@@ -142,8 +142,11 @@ def ours_run(a: str, b: str) -> float:
     r = inspector.run(inspector.weighted_sum, [inspector.load(a), inspector.load(b)],
                       [0.5, 0.5], repeats=1, warmup=0)
     seconds = time.perf_counter() - start
+    from inspector.core.kernel_cache import kernel_counts
+
     print(json.dumps({"read": r.read_seconds, "compile": r.compile_seconds,
-                      "first": r.times[0]}), file=sys.stderr)
+                      "first": r.times[0], "n_compiled": r.n_compiled, **kernel_counts()}),
+          file=sys.stderr)
     return seconds
 
 
@@ -187,7 +190,11 @@ def ours_out(a: str, b: str, out: str) -> float:
 
     start = time.perf_counter()
     inspector.weighted_sum([inspector.load(a), inspector.load(b)], [0.5, 0.5], out=out)
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    from inspector.core.kernel_cache import kernel_counts
+
+    print(json.dumps(kernel_counts()), file=sys.stderr)
+    return seconds
 
 
 def floor_ties(base: str, b: str, c: str, out: str, density: float = 0.5) -> float:

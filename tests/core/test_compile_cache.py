@@ -29,7 +29,9 @@ print(json.dumps({"hits": events.count("/jax/compilation_cache/cache_hits"),
 
 
 def _run(env_value: str, work) -> dict:
-    env = dict(os.environ, INSPECTOR_COMPILATION_CACHE=env_value)
+    # JAX's cache alone: the inspector's own kernel files (tests/core/test_executable_cache.py)
+    # would serve the second process before JAX's cache is asked
+    env = dict(os.environ, INSPECTOR_COMPILATION_CACHE=env_value, INSPECTOR_EXECUTABLE_CACHE="0")
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(work)], env=env,
                           capture_output=True, text=True, check=True, timeout=120)
     return json.loads(done.stdout.strip().splitlines()[-1])
