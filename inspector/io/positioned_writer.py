@@ -42,7 +42,7 @@ def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
         _SYNC_FILE_RANGE(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # advice: errors ignored
 
 
-PENDING_BYTES = 256 << 20
+PENDING_BYTES = 64 << 20
 """Bytes handed to the writer and not yet written, at most (a larger leaf waits alone)."""
 
 
