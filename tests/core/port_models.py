@@ -130,3 +130,18 @@ def write_torch(path, state_dict: dict) -> None:
         for key, raw in storages.items():
             archive.writestr(f"archive/data/{key}", raw)
         archive.writestr("archive/version", "3\n")
+
+
+def write_ambiguous_cnn(folder) -> None:
+    """`folder/cnn.pt` (the CNN in torch's layout, written without torch) and
+    `folder/cnn_flax.safetensors` (in Flax's), whose Flax head kernel could come from either of
+    two torch heads: one ambiguous target when aligning the first onto the second."""
+    import inspector
+
+    torch, flax = cnn_pair()
+    rng = np.random.default_rng(9)
+    for name in ("encoder.head.weight", "decoder.head.weight"):
+        torch[name] = rng.standard_normal((16, 16)).astype(np.float32)
+    flax["params"]["head"] = {"kernel": torch["encoder.head.weight"].T.copy()}
+    write_torch(folder / "cnn.pt", torch)
+    inspector.save(flax, folder / "cnn_flax.safetensors")

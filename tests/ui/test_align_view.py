@@ -5,27 +5,19 @@ from __future__ import annotations
 import asyncio
 import json
 
-import numpy as np
 import pytest
 
-import inspector
 from inspector.ui.align_view import AlignView
 from inspector.ui.session.align_state import align_state
 from inspector.ui.session.state import InspectorState
-from tests.core.port_models import cnn_pair, write_torch
+from tests.core.port_models import write_ambiguous_cnn
 
 
 @pytest.fixture
 def state(tmp_path):
     """The torch-layout checkpoint (a .pt file, lazy) as a, the Flax-layout params as b; the
     Flax head's kernel could come from either of two torch heads: one ambiguous target."""
-    torch, flax = cnn_pair()
-    rng = np.random.default_rng(9)
-    for name in ("encoder.head.weight", "decoder.head.weight"):
-        torch[name] = rng.standard_normal((16, 16)).astype(np.float32)
-    flax["params"]["head"] = {"kernel": torch["encoder.head.weight"].T.copy()}
-    write_torch(tmp_path / "cnn.pt", torch)
-    inspector.save(flax, tmp_path / "cnn_flax.safetensors")
+    write_ambiguous_cnn(tmp_path)
     s = InspectorState(file_root=str(tmp_path))
     s.open.open_paths = [str(tmp_path / "cnn.pt"), str(tmp_path / "cnn_flax.safetensors")]
     s.open.param.trigger("open_files")

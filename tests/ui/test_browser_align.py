@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-import inspector
-from tests.core.port_models import cnn_pair, write_torch
+from tests.core.port_models import write_ambiguous_cnn
 from tests.serving import launched_app, open_compare_tab, session
 
 pytestmark = pytest.mark.browser
@@ -18,13 +16,7 @@ def launched(tmp_path_factory):
     state dict file written without torch) and in Flax's; the Flax head's kernel could come
     from either of two torch heads (one ambiguous row)."""
     folder = tmp_path_factory.mktemp("port")
-    torch, flax = cnn_pair()
-    rng = np.random.default_rng(9)
-    for name in ("encoder.head.weight", "decoder.head.weight"):
-        torch[name] = rng.standard_normal((16, 16)).astype(np.float32)
-    flax["params"]["head"] = {"kernel": torch["encoder.head.weight"].T.copy()}
-    write_torch(folder / "cnn.pt", torch)
-    inspector.save(flax, folder / "cnn_flax.safetensors")
+    write_ambiguous_cnn(folder)
     with launched_app(folder, "cnn.pt", "cnn_flax.safetensors") as url:
         yield url
 
