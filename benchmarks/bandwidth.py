@@ -169,3 +169,21 @@ def interleaved(ref: Reference, run_op: Callable[[], list[float]], rounds: int =
     ref.sample()
     name, gbps = ref.best(since)
     return Measurement(op, name, gbps, ref.medians(since))
+
+
+def back_to_back(dispatch: Callable[[], object], seconds: float = 0.02) -> float:
+    """Seconds per call of `dispatch` (which starts device work and returns its arrays without
+    waiting), timed over as many calls back to back as fill `seconds`, then one wait: how
+    `Reference` times the XLA copy where one copy is short (a GPU), so launch and wait are
+    spread over the calls alike. A whole op's call, with its host work and its wait, is timed
+    by the op's own figures; this one says what the device kernels alone reach."""
+    jax.block_until_ready(dispatch())
+    start = time.perf_counter()
+    jax.block_until_ready(dispatch())
+    one = time.perf_counter() - start
+    n = max(1, min(1000, int(seconds / max(one, 1e-6))))
+    start = time.perf_counter()
+    for _ in range(n - 1):
+        dispatch()
+    jax.block_until_ready(dispatch())
+    return (time.perf_counter() - start) / n

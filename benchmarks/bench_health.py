@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bandwidth import Reference, interleaved  # noqa: E402
+from bandwidth import Reference, back_to_back, interleaved  # noqa: E402
 from trees import leaf_count_tree, transformer_like  # noqa: E402
 
 import inspector  # noqa: E402
@@ -65,8 +65,32 @@ def bench_scan(n_params: float, rounds: int) -> None:
     m = interleaved(ref, run, rounds=rounds)
     print(f"scan, packed float32, {tree.nbytes / 1e6:.0f} MB, {tree.n_leaves} leaves, "
           f"{jax.devices()[0].platform}: {m.row()}   [>= 0.5 CPU, >= 0.7 GPU]")
+    if jax.devices()[0].platform != "cpu":
+        alone = [tree.nbytes / back_to_back(scan_kernel(tree)) / 1e9 for _ in range(5)]
+        best = ref.best()[1]
+        print(f"  the scan's device kernel alone, back to back (as the reference copy is "
+              f"timed here): {statistics.median(alone):.1f} GB/s ({min(alone):.1f}-"
+              f"{max(alone):.1f}), ratio {statistics.median(alone) / best:.2f}")
     print(ref.summary())
     ref.close()
+
+
+def scan_kernel(tree: inspector.PackedTree):
+    """Dispatches the device kernel `scan` runs on a one-group packed tree (built through
+    scan.py's private helpers, as `_scan_packed` builds it), returning without a wait."""
+    from inspector.core.health import scan as s
+    from inspector.core.health.layout_rows import leaf_rows
+
+    (group, buffer), = tree.buffers.items()
+    device = jax.devices()[0]
+    _, offsets, sizes = s._layout_groups(tree.layout)["groups"][group]
+    one_pass = s._one_pass(device)
+    block = s.block_for(buffer.size, len(sizes), one_pass)
+    _, _, row, lo, hi, _ = leaf_rows(offsets, sizes, buffer.size, block)
+    n = s._bucket(len(row), 16)
+    args = jax.device_put(tuple(np.pad(v, (0, n - len(v))) for v in (row, lo, hi)), device)
+    kernel = s._buffer_jit(buffer.size, block, n, "float32", one_pass)
+    return lambda: kernel(buffer, *args)
 
 
 def bench_many(n_leaves: int, repeats: int) -> None:

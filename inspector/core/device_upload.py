@@ -1,62 +1,122 @@
-"""A packed buffer filled on a device through a small host staging buffer (`read_packed` off
-the CPU): the device copy plus a few MiB of host memory in flight, not two whole copies.
+"""A packed buffer filled on a device through a few host staging buffers (`read_packed` off
+the CPU): the device copy plus a few staging buffers of host memory, not two whole copies.
 
-Lazy leaves that lie in a local file are read with `preadv` straight into the staging buffer;
-each full staging buffer is sent and written in place into the (donated) device buffer.
+A pipeline: while one staging buffer's bytes travel to the device, the next is read. Lazy
+leaves that lie in a local file are read with `preadv` straight into a staging buffer, in
+parallel pieces of at most `_PIECE_BYTES` (a leaf larger than a staging buffer is read part by
+part); other leaves are read once by their own reader and copied. Each full staging buffer is
+sent with `jax.device_put` and written in place into the (donated) device buffer.
 """
 
 from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core.host_read import read_into, readable_in_place
+from inspector.core.host_read import THREADS, host_array, read_into, readable_in_place
 from inspector.core.lazy import read_ahead
 
-_STAGING_BYTES = 64 * 2**20  # host bytes in flight while `read_packed` fills a device buffer
+_STAGING_BYTES = 64 * 2**20  # host bytes in one staging buffer
+_DEPTH = 3  # staging buffers: one being read while the others travel to the device
+_PIECE_BYTES = 8 * 2**20  # a direct read's part, so one large leaf is read by several threads
 
 
 def upload(items: list, size: int, dtype: np.dtype, device) -> jax.Array:
+    """The device buffer of `size` elements of `dtype` holding each `(leaf, slot)` of `items`
+    at its slot (slots in order, back to back, as `plan_layout` makes them)."""
     dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
     buffer = jnp.zeros((size,), dtype, device=device)
+    if size == 0:
+        return buffer
     chunk = max(1, min(size, _STAGING_BYTES // dtype.itemsize))
-    staging = np.empty(chunk, dtype)
-    filled, start = 0, 0  # elements in staging; where staging[0] goes in the buffer
+    n_chunks = -(-size // chunk)
+    staging = [host_array((chunk,), dtype) for _ in range(min(_DEPTH, n_chunks))]
+    filled: queue.Queue = queue.Queue()  # (chunk number, staging index) or an exception
+    free: queue.Queue = queue.Queue()  # (staging index, the piece still reading from it)
+    for s in range(len(staging)):
+        free.put((s, None))
+    stop = threading.Event()
+    reader = threading.Thread(
+        target=_read_chunks, args=(items, dtype, chunk, n_chunks, staging, free, filled, stop),
+        name="inspector-upload", daemon=True)
+    reader.start()
+    alias = None if device.platform != "cpu" else False  # a CPU piece must not share staging
+    try:
+        for _ in range(n_chunks):
+            got = filled.get()
+            if isinstance(got, BaseException):
+                raise got
+            k, s = got
+            n = min(chunk, size - k * chunk)
+            piece = jax.device_put(staging[s][:n], device, may_alias=alias)
+            buffer = _write(buffer, piece, np.int32(k * chunk))
+            free.put((s, piece))  # the reader waits for the copy before refilling it
+    finally:
+        stop.set()
+        free.put((None, None))  # wakes a reader waiting for a staging buffer
+        reader.join()
+    return buffer
 
-    def flush(n):
-        nonlocal buffer
-        piece = jax.device_put(staging[:n], device)
-        buffer = _write(buffer, piece, np.int32(start))
-        piece.block_until_ready()  # staging is refilled next: its copy must be done
 
-    direct = {id(leaf) for leaf, slot in items
-              if readable_in_place(leaf) and leaf.dtype == dtype and slot.size <= chunk}
-    values = read_ahead(leaf for leaf, _ in items if id(leaf) not in direct)
-    for leaf, slot in items:
-        if id(leaf) in direct:  # read with preadv into the staging buffer: no other copy
-            if filled + slot.size > chunk:
-                flush(filled)
-                start += filled
-                filled = 0
-            read_into(leaf, staging[filled : filled + slot.size])
-            filled += slot.size
-            continue
-        data = np.asarray(next(values)).reshape(-1)
+def _read_chunks(items, dtype, chunk, n_chunks, staging, free, filled, stop) -> None:
+    """The reader thread: fills staging buffers chunk after chunk (each leaf read once)."""
+    try:
+        direct = {id(leaf) for leaf, _ in items
+                  if readable_in_place(leaf) and np.dtype(leaf.dtype) == dtype}
+        values = read_ahead(leaf for leaf, slot in items
+                            if id(leaf) not in direct and slot.size)
+        segments = iter(_segments(items, chunk))
+        pending = next(segments, None)
+        with ThreadPoolExecutor(THREADS, "inspector-upload-read") as pool:
+            held = None  # (item number, its value): a leaf read by its reader, spanning chunks
+            for k in range(n_chunks):
+                s, piece = free.get()
+                if stop.is_set() or s is None:
+                    return
+                if piece is not None:
+                    piece.block_until_ready()  # its bytes left this staging buffer
+                dest = staging[s]
+                reads = []
+                while pending is not None and pending[0] == k:
+                    _, item, leaf, first, n, at = pending
+                    target = dest[at : at + n]
+                    if id(leaf) in direct:
+                        reads += [pool.submit(read_into, leaf, target[p : p + step], first + p)
+                                  for p, step in _pieces(n, dtype.itemsize)]
+                    else:
+                        if held is None or held[0] != item:
+                            held = (item, np.asarray(next(values)).reshape(-1))
+                        target[...] = held[1][first : first + n]
+                    pending = next(segments, None)
+                for r in reads:
+                    r.result()
+                filled.put((k, s))
+    except BaseException as exc:  # handed to the caller, which raises it
+        filled.put(exc)
+
+
+def _segments(items, chunk: int):
+    """`(chunk number, item number, leaf, first element, count, position in the staging
+    buffer)` for each part of each leaf, in buffer order."""
+    for item, (leaf, slot) in enumerate(items):
         done = 0
         while done < slot.size:
-            n = min(chunk - filled, slot.size - done)
-            staging[filled : filled + n] = data[done : done + n]
-            filled += n
+            at = slot.offset + done
+            k, pos = divmod(at, chunk)
+            n = min(chunk - pos, slot.size - done)
+            yield k, item, leaf, done, n, pos
             done += n
-            if filled == chunk:
-                flush(filled)
-                start += filled
-                filled = 0
-        del data
-    if filled:
-        flush(filled)
-    return buffer
+
+
+def _pieces(n: int, itemsize: int):
+    step = max(1, _PIECE_BYTES // itemsize)
+    for p in range(0, n, step):
+        yield p, min(step, n - p)
 
 
 def _write_piece(buffer, piece, start):

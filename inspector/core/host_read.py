@@ -27,8 +27,8 @@ import numpy as np
 from inspector.core.errors import LoadError
 from inspector.core.lazy import LazyArray, read_ahead
 
-THREADS = max(2, min(4, os.cpu_count() or 2))
-"""Leaves read at once (the copy from the page cache runs on every core)."""
+THREADS = max(2, min(8, os.cpu_count() or 2))
+"""Leaves read at once (the copy from the page cache runs on every core; 8 at most)."""
 
 _ALIGN = 64  # what XLA's CPU client needs to use a host array without copying it
 _STATS = {"bytes": 0, "reads": 0}
@@ -103,13 +103,15 @@ def readable_in_place(leaf) -> bool:
     return isinstance(leaf, LazyArray) and leaf.region is not None and leaf._value is None
 
 
-def read_into(leaf: LazyArray, dest: np.ndarray) -> None:
-    """Reads `leaf`'s bytes into `dest` (C-contiguous, `leaf.nbytes` bytes) with `preadv`.
+def read_into(leaf: LazyArray, dest: np.ndarray, first: int = 0) -> None:
+    """Reads `leaf`'s bytes into `dest` (C-contiguous) with `preadv`: all of them, or the
+    `dest.size` elements from element `first` on (a part of a leaf that spans staging buffers).
 
     Raises:
         LoadError: the file is shorter than its header says (it changed after loading).
     """
     path, offset = leaf.region
+    offset += first * np.dtype(leaf.dtype).itemsize
     view = memoryview(dest.reshape(-1).view(np.uint8))
     done, total = 0, len(view)
     fd = os.open(path, os.O_RDONLY)

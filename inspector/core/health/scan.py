@@ -177,8 +177,8 @@ def _layout_groups(layout) -> dict:
 
 
 @lru_cache(maxsize=64)
-def _buffer_jit(size: int, block: int, n_pieces: int, work: str):
-    return jax.jit(buffer_kernel(size, block, n_pieces, work))
+def _buffer_jit(size: int, block: int, n_pieces: int, work: str, one_pass: bool = False):
+    return jax.jit(buffer_kernel(size, block, n_pieces, work, one_pass))
 
 
 def _scan_packed(tree: PackedTree, device, paths=None):
@@ -207,7 +207,8 @@ def _scan_packed(tree: PackedTree, device, paths=None):
                     col[members] = figures[k]
             scanned[members] = True
             continue
-        block = block_for(layout.sizes[group], len(members))
+        one_pass = _one_pass(device)
+        block = block_for(layout.sizes[group], len(members), one_pass)
         start, stop, row, lo, hi, pieces = leaf_rows(offsets, sizes, size, block)
         rows = np.zeros((0, N_FIGURES))
         if size:
@@ -215,11 +216,12 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             # and similar layouts share a kernel
             n_pieces = _bucket(len(row), 16)
             row, lo, hi = (np.pad(v, (0, n_pieces - len(v))) for v in (row, lo, hi))
-            kernel = _buffer_jit(size, block, n_pieces, work)
+            kernel = _buffer_jit(size, block, n_pieces, work, one_pass)
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
-            grid = _careful_again(np.asarray(grid), x, size, block, work, device)
+            grid = np.asarray(grid) if one_pass else \
+                _careful_again(np.asarray(grid), x, size, block, work, device)
             rows = np.concatenate([grid, np.asarray(piece_rows)])
             pieces = np.where(pieces >= 0, pieces + len(grid), -1)
         figures = leaf_figures(rows, start, stop, pieces)
@@ -231,6 +233,11 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         return table, []
     return table.select(np.flatnonzero(scanned)), [p for p, ok in zip(paths, scanned.tolist(),
                                                                       strict=True) if not ok]
+
+
+def _one_pass(device) -> bool:
+    """Whether whole rows are reduced in one fused kernel (accelerators: `kernels.py`)."""
+    return device.platform != "cpu"
 
 
 def _on_host(buffer, work: str, device) -> bool:
