@@ -47,12 +47,67 @@ def fmt(ts: list[float]) -> str:
     return f"{statistics.median(ts) * 1e3:.1f} ms ({min(ts) * 1e3:.1f}-{max(ts) * 1e3:.1f})"
 
 
+def probe(path: Path, tree, device, host: np.ndarray) -> None:
+    """What the host side can give on this machine: `preadv` of the whole file with 1-16
+    threads into a faulted buffer; `device_put` from a memory map of the file, leaf by leaf;
+    `device_put` of the resident buffer in 64 MiB pieces, from one thread and from four."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from inspector.core.host_read import host_buffer
+
+    nbytes = os.path.getsize(path)
+    buf = host_buffer(nbytes)
+    gb = nbytes / 1e9
+
+    def read(threads: int):
+        bounds = np.linspace(0, nbytes, 4 * threads + 1).astype(np.int64)
+        fd = os.open(path, os.O_RDONLY)
+
+        def one(ab):
+            a, b = int(ab[0]), int(ab[1])
+            view, done = memoryview(buf[a:b]), 0
+            while done < b - a:
+                done += os.preadv(fd, [view[done:]], a + done)
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(one, zip(bounds[:-1], bounds[1:], strict=True)))
+        os.close(fd)
+
+    for threads in (1, 4, 8, 16):
+        ts = [timed(lambda threads=threads: read(threads)) for _ in range(3)]
+        print(f"| probe: preadv of the file, {threads} threads | {fmt(ts)} | "
+              f"{gb / statistics.median(ts):.1f} |")
+    regions = [leaf.region[1] for leaf in jax.tree_util.tree_leaves(tree)]
+    sizes = [leaf.nbytes for leaf in jax.tree_util.tree_leaves(tree)]
+
+    def mapped():
+        m = np.memmap(path, np.uint8, "r")
+        return [jax.device_put(m[o:o + n], device) for o, n in zip(regions, sizes, strict=True)]
+
+    step = 64 << 20
+    starts = range(0, host.size, step)
+
+    def pieces():
+        return [jax.device_put(host[a:a + step], device) for a in starts]
+
+    def pieces_threads():
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(lambda a: jax.device_put(host[a:a + step], device), starts))
+
+    for label, fn in (("device_put from a memory map of the file, per leaf", mapped),
+                      ("device_put of the resident buffer in 64 MiB pieces", pieces),
+                      ("the same from 4 threads", pieces_threads)):
+        ts = [timed(fn) for _ in range(3)]
+        print(f"| probe: {label} | {fmt(ts)} | {gb / statistics.median(ts):.1f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--dir", default=None)
+    p.add_argument("--probe", action="store_true", help="also time what the host side gives")
     p.add_argument("--variants", default="",
                    help="staging MiB:depth:threads,... : the upload's settings, each timed too")
     args = p.parse_args()
@@ -98,6 +153,8 @@ def main() -> None:
         print(f"| variant: staging {staging} MiB x {depth}, {threads} read threads | "
               f"{mine * 1e3:.1f} ms, ratio {statistics.median(a / b for a, b in pairs):.2f} | "
               f"{gb / mine:.1f} |")
+    if args.probe:
+        probe(path, tree, device, host)
     verdict = "met" if ratio >= 0.7 else "MISSED"
     print(f"placement / device_put = {ratio:.2f} (per round {ratios[0]:.2f}-{ratios[-1]:.2f}) "
           f"[>= 0.7 on an accelerator: {verdict}"

@@ -18,7 +18,7 @@ $py -c "import jax, numpy; print('jax', jax.__version__, jax.devices(), 'numpy',
     2>&1 | tee -a "$out/device.log"
 for part in $parts; do
   case $part in
-    place) timeout 150 $py benchmarks/bench_place.py --rounds 5 --dir /tmp/bplace --variants "${VARIANTS:-}" ;;
+    place) timeout 150 $py benchmarks/bench_place.py --rounds 5 --dir /tmp/bplace --variants "${VARIANTS:-}" ${PLACE_ARGS:-} ;;
     scan) timeout 150 $py benchmarks/bench_health.py --only scan many ;;
     quant) timeout 150 $py benchmarks/bench_quant.py ;;
     ops) timeout 150 $py benchmarks/bench_ops.py --only ops ;;

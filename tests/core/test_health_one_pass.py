@@ -6,14 +6,19 @@ import numpy as np
 import pytest
 
 import inspector
+from inspector.core.health import kernels
 from inspector.core.health import scan as scan_module
 from tests.core.test_health_scan import assert_figures, mixed_tree, plain_leaves
 
 
-@pytest.fixture
-def one_pass(monkeypatch):
+@pytest.fixture(params=["variadic", "siblings"])
+def one_pass(monkeypatch, request):
     monkeypatch.setattr(scan_module, "_one_pass", lambda device: True)
     monkeypatch.setattr(scan_module, "_on_host", lambda *args: False)
+    monkeypatch.setattr(kernels, "ONE_PASS_FORM", request.param)
+    scan_module._buffer_jit.cache_clear()
+    yield
+    scan_module._buffer_jit.cache_clear()
 
 
 @pytest.mark.parametrize("form", ["plain", "packed"])

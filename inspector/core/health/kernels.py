@@ -77,6 +77,29 @@ def _careful(y, mask, first=None):
     return jnp.stack([n, c, sd, sdd, lo, hi, zeros, nan, pos, neg], axis=1)
 
 
+ONE_PASS_FORM = "variadic"
+"""How `one_pass` reduces whole rows: "variadic" (`_careful`: one `lax.reduce` of nine
+operands) or "siblings" (`_careful_siblings`: nine plain reductions that XLA's GPU backend
+fuses into one kernel). `benchmarks/bench_health.py` times both on an accelerator."""
+
+
+def _careful_siblings(y):
+    """`_careful` of whole rows (every element counts) as nine sibling reductions."""
+    finite = jnp.isfinite(y)
+    f = y.dtype
+    inf = jnp.asarray(np.inf, f)
+    c = jnp.where(finite[:, 0], y[:, 0], 0)
+    d = jnp.where(finite, y - c[:, None], 0)
+
+    def count(flags):
+        return jnp.sum(flags.astype(f), axis=1)
+
+    return jnp.stack([count(finite), c, jnp.sum(d, axis=1), jnp.sum(d * d, axis=1),
+                      jnp.min(jnp.where(finite, y, inf), axis=1),
+                      jnp.max(jnp.where(finite, y, -inf), axis=1), count(y == 0),
+                      count(jnp.isnan(y)), count(y == inf), count(y == -inf)], axis=1)
+
+
 def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: bool = False):
     """Returns `f(x, piece_rows, lo, hi) -> (grid (G, 10), pieces (n_pieces, 10))` for a flat
     buffer of `size` elements: every whole row `[k * block, (k + 1) * block)` (G of them), then
@@ -109,8 +132,12 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: boo
                                            jnp.zeros((full, N_FIGURES), dtype)))
         if n_grid > full:
             rest = x[full * block:n_grid * block].reshape(-1, block)
-            careful = full or one_pass
-            parts.append(_careful(rest, jnp.ones(rest.shape, bool)) if careful else _fast(rest))
+            if one_pass and ONE_PASS_FORM == "siblings":
+                parts.append(_careful_siblings(rest))
+            elif full or one_pass:
+                parts.append(_careful(rest, jnp.ones(rest.shape, bool)))
+            else:
+                parts.append(_fast(rest))
         grid = (jnp.concatenate(parts) if len(parts) > 1 else parts[0]) if parts \
             else jnp.zeros((0, N_FIGURES), dtype)
         if not n_pieces:
