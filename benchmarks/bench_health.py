@@ -70,7 +70,7 @@ def bench_scan(n_params: float, rounds: int) -> None:
         from inspector.core.health import scan as scan_module
 
         best, chosen = ref.best()[1], kernels.ONE_PASS_FORM
-        for form in (chosen, *({"variadic", "siblings"} - {chosen})):
+        for form in (chosen, *sorted({"variadic", "siblings", "fast"} - {chosen})):
             kernels.ONE_PASS_FORM = form
             scan_module._buffer_jit.cache_clear()
             alone = [tree.nbytes / back_to_back(scan_kernel(tree)) / 1e9 for _ in range(5)]

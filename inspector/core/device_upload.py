@@ -18,12 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core.host_read import THREADS, host_array, read_into, readable_in_place
+from inspector.core.host_read import THREADS, host_buffer, read_into, readable_in_place
 from inspector.core.lazy import read_ahead
 
-_STAGING_BYTES = 64 * 2**20  # host bytes in one staging buffer
-_DEPTH = 3  # staging buffers: one being read while the others travel to the device
-_PIECE_BYTES = 8 * 2**20  # a direct read's part, so one large leaf is read by several threads
+_STAGING_BYTES = 32 * 2**20  # host bytes in one staging buffer
+_DEPTH = 4  # staging buffers: two being read while the others travel to the device
+_PIECE_BYTES = 4 * 2**20  # a direct read's part, so one large leaf is read by several threads
 
 
 def upload(items: list, size: int, dtype: np.dtype, device) -> jax.Array:
@@ -35,7 +35,9 @@ def upload(items: list, size: int, dtype: np.dtype, device) -> jax.Array:
         return buffer
     chunk = max(1, min(size, _STAGING_BYTES // dtype.itemsize))
     n_chunks = -(-size // chunk)
-    staging = [host_array((chunk,), dtype) for _ in range(min(_DEPTH, n_chunks))]
+    raw = _take_staging(min(_DEPTH, n_chunks))
+    staging = [b[: chunk * dtype.itemsize].view(dtype) for b in raw]
+    last: list = [None] * len(staging)  # each staging buffer's piece last sent
     filled: queue.Queue = queue.Queue()  # (chunk number, staging index) or an exception
     free: queue.Queue = queue.Queue()  # (staging index, the piece still reading from it)
     for s in range(len(staging)):
@@ -53,18 +55,42 @@ def upload(items: list, size: int, dtype: np.dtype, device) -> jax.Array:
                 raise got
             k, s = got
             n = min(chunk, size - k * chunk)
-            piece = jax.device_put(staging[s][:n], device, may_alias=alias)
+            piece = last[s] = jax.device_put(staging[s][:n], device, may_alias=alias)
             buffer = _write(buffer, piece, np.int32(k * chunk))
             free.put((s, piece))  # the reader waits for the copy before refilling it
     finally:
         stop.set()
         free.put((None, None))  # wakes a reader waiting for a staging buffer
         reader.join()
+        jax.block_until_ready([p for p in last if p is not None])
+        _give_staging(raw)
     return buffer
 
 
+_POOL: list[np.ndarray] = []  # staging buffers kept for the next upload (faulted in once)
+_POOL_LOCK = threading.Lock()
+
+
+def _take_staging(n: int) -> list[np.ndarray]:
+    """`n` staging buffers of `_STAGING_BYTES`: kept ones first (a fresh one faults its pages
+    in: 0.3 s a GB on a lent GPU machine, where the whole upload of a GB takes 0.2 s)."""
+    with _POOL_LOCK:
+        kept = [b for b in _POOL if b.size == _STAGING_BYTES]
+        _POOL.clear()
+        taken, rest = kept[:n], kept[n:]
+        _POOL.extend(rest)
+    return taken + [host_buffer(_STAGING_BYTES) for _ in range(n - len(taken))]
+
+
+def _give_staging(buffers: list[np.ndarray]) -> None:
+    with _POOL_LOCK:
+        _POOL.extend(buffers)
+        del _POOL[: max(0, len(_POOL) - _DEPTH)]  # at most one upload's worth kept
+
+
 def _read_chunks(items, dtype, chunk, n_chunks, staging, free, filled, stop) -> None:
-    """The reader thread: fills staging buffers chunk after chunk (each leaf read once)."""
+    """The reader thread: fills staging buffers chunk after chunk (each leaf read once); the
+    next chunk's reads are under way while the last one's finish."""
     try:
         direct = {id(leaf) for leaf, _ in items
                   if readable_in_place(leaf) and np.dtype(leaf.dtype) == dtype}
@@ -74,6 +100,7 @@ def _read_chunks(items, dtype, chunk, n_chunks, staging, free, filled, stop) -> 
         pending = next(segments, None)
         with ThreadPoolExecutor(THREADS, "inspector-upload-read") as pool:
             held = None  # (item number, its value): a leaf read by its reader, spanning chunks
+            reading: list = []  # (chunk number, staging index, its reads) not yet handed over
             for k in range(n_chunks):
                 s, piece = free.get()
                 if stop.is_set() or s is None:
@@ -93,11 +120,20 @@ def _read_chunks(items, dtype, chunk, n_chunks, staging, free, filled, stop) -> 
                             held = (item, np.asarray(next(values)).reshape(-1))
                         target[...] = held[1][first : first + n]
                     pending = next(segments, None)
-                for r in reads:
-                    r.result()
-                filled.put((k, s))
+                reading.append((k, s, reads))
+                if len(reading) > 1:
+                    _hand_over(reading.pop(0), filled)
+            for done in reading:
+                _hand_over(done, filled)
     except BaseException as exc:  # handed to the caller, which raises it
         filled.put(exc)
+
+
+def _hand_over(chunk_reads, filled) -> None:
+    k, s, reads = chunk_reads
+    for r in reads:
+        r.result()
+    filled.put((k, s))
 
 
 def _segments(items, chunk: int):

@@ -76,3 +76,14 @@ def test_a_file_that_shrank_raises_and_does_not_hang(tmp_path, small_staging):
         f.truncate(f.seek(0, 2) - 8000)
     with pytest.raises(LoadError, match="the file ended after"):
         uploaded(tree)
+
+
+def test_staging_buffers_are_kept_for_the_next_upload(small_staging):
+    tree = {"w": np.arange(5000, dtype=np.float32)}  # five staging buffers' worth
+    uploaded(tree)
+    kept = [b.ctypes.data for b in device_upload._POOL]
+    assert len(kept) == device_upload._DEPTH
+    for _ in range(3):
+        _, got = uploaded(tree)
+        np.testing.assert_array_equal(got["float32"], tree["w"])
+        assert sorted(b.ctypes.data for b in device_upload._POOL) == sorted(kept)

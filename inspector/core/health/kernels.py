@@ -79,8 +79,22 @@ def _careful(y, mask, first=None):
 
 ONE_PASS_FORM = "variadic"
 """How `one_pass` reduces whole rows: "variadic" (`_careful`: one `lax.reduce` of nine
-operands) or "siblings" (`_careful_siblings`: nine plain reductions that XLA's GPU backend
-fuses into one kernel). `benchmarks/bench_health.py` times both on an accelerator."""
+operands), "siblings" (`_careful_siblings`: nine plain reductions that XLA's GPU backend
+fuses into one kernel) or "fast" (`_fast_fused`: five, the rows with NaN/Inf reduced again
+by the careful path, as on the CPU). `benchmarks/bench_health.py` times each on an
+accelerator."""
+
+
+def _fast_fused(y):
+    """`_fast` without its barriers (on a GPU they would write each operand out)."""
+    c = y[:, 0]
+    d = y - c[:, None]
+    sd = jnp.sum(d, axis=1)
+    nothing = jnp.zeros_like(sd)
+    return jnp.stack([jnp.full_like(sd, y.shape[1]), c, sd, jnp.sum(d * d, axis=1),
+                      jnp.min(y, axis=1), jnp.max(y, axis=1),
+                      jnp.sum((y == 0).astype(y.dtype), axis=1), nothing, nothing, nothing],
+                     axis=1)
 
 
 def _careful_siblings(y):
@@ -134,6 +148,8 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: boo
             rest = x[full * block:n_grid * block].reshape(-1, block)
             if one_pass and ONE_PASS_FORM == "siblings":
                 parts.append(_careful_siblings(rest))
+            elif one_pass and ONE_PASS_FORM == "fast":
+                parts.append(_fast_fused(rest))
             elif full or one_pass:
                 parts.append(_careful(rest, jnp.ones(rest.shape, bool)))
             else:

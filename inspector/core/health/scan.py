@@ -23,7 +23,7 @@ import numpy as np
 
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
-from inspector.core.health import host_scan
+from inspector.core.health import host_scan, kernels
 from inspector.core.health.aggregate import columns, combine
 from inspector.core.health.kernels import N_FIGURES, buffer_kernel, pieces_kernel, work_dtype
 from inspector.core.health.layout_rows import block_for, leaf_rows
@@ -220,7 +220,7 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
-            grid = np.asarray(grid) if one_pass else \
+            grid = np.asarray(grid) if one_pass and kernels.ONE_PASS_FORM != "fast" else \
                 _careful_again(np.asarray(grid), x, size, block, work, device)
             rows = np.concatenate([grid, np.asarray(piece_rows)])
             pieces = np.where(pieces >= 0, pieces + len(grid), -1)
