@@ -67,19 +67,16 @@ def bench_scan(n_params: float, rounds: int) -> None:
           f"{jax.devices()[0].platform}: {m.row()}   [>= 0.5 CPU, >= 0.7 GPU]")
     if jax.devices()[0].platform != "cpu":
         from inspector.core.health import kernels
-        from inspector.core.health import scan as scan_module
 
         best, chosen = ref.best()[1], kernels.ONE_PASS_FORM
         for form in (chosen, *sorted({"variadic", "siblings", "fast"} - {chosen})):
             kernels.ONE_PASS_FORM = form
-            scan_module._buffer_jit.cache_clear()
             alone = [tree.nbytes / back_to_back(scan_kernel(tree)) / 1e9 for _ in range(5)]
             print(f"  the scan's device kernel alone ({form}{', in use' if form == chosen else ''}"
                   f"), back to back (as the reference copy is timed here): "
                   f"{statistics.median(alone):.1f} GB/s ({min(alone):.1f}-{max(alone):.1f}), "
                   f"ratio {statistics.median(alone) / best:.2f}")
         kernels.ONE_PASS_FORM = chosen
-        scan_module._buffer_jit.cache_clear()
     print(ref.summary())
     ref.close()
 
@@ -87,14 +84,15 @@ def bench_scan(n_params: float, rounds: int) -> None:
 def scan_kernel(tree: inspector.PackedTree):
     """Dispatches the device kernel `scan` runs on a one-group packed tree (built through
     scan.py's private helpers, as `_scan_packed` builds it), returning without a wait."""
+    from inspector.core.health import kernels
     from inspector.core.health import scan as s
     from inspector.core.health.layout_rows import leaf_rows
 
     (group, buffer), = tree.buffers.items()
     device = jax.devices()[0]
     _, offsets, sizes = s._layout_groups(tree.layout)["groups"][group]
-    one_pass = s._one_pass(device)
-    block = s.block_for(buffer.size, len(sizes), one_pass)
+    one_pass = kernels.ONE_PASS_FORM if s._one_pass(device) else ""
+    block = s.block_for(buffer.size, len(sizes), bool(one_pass))
     _, _, row, lo, hi, _ = leaf_rows(offsets, sizes, buffer.size, block)
     n = s._bucket(len(row), 16)
     args = jax.device_put(tuple(np.pad(v, (0, n - len(v))) for v in (row, lo, hi)), device)

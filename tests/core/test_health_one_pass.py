@@ -16,9 +16,6 @@ def one_pass(monkeypatch, request):
     monkeypatch.setattr(scan_module, "_one_pass", lambda device: True)
     monkeypatch.setattr(scan_module, "_on_host", lambda *args: False)
     monkeypatch.setattr(kernels, "ONE_PASS_FORM", request.param)
-    scan_module._buffer_jit.cache_clear()
-    yield
-    scan_module._buffer_jit.cache_clear()
 
 
 @pytest.mark.parametrize("form", ["plain", "packed"])

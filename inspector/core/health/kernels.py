@@ -114,14 +114,14 @@ def _careful_siblings(y):
                       count(jnp.isnan(y)), count(y == inf), count(y == -inf)], axis=1)
 
 
-def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: bool = False):
+def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: str = ""):
     """Returns `f(x, piece_rows, lo, hi) -> (grid (G, 10), pieces (n_pieces, 10))` for a flat
     buffer of `size` elements: every whole row `[k * block, (k + 1) * block)` (G of them), then
     each piece: row `piece_rows[i]` (G is the zero-padded tail) masked to `[lo[i], hi[i])`.
 
-    `one_pass` (accelerators): every whole row by the careful reduction at once, one fused
+    `one_pass` (accelerators: a form of `ONE_PASS_FORM`): every whole row at once, one fused
     kernel over the buffer (a GPU runs a loop of cache-sized steps as thousands of launches:
-    5.9 GB/s on an H100 against 2.8 TB/s for a copy); its rows need no second look.
+    5.9 GB/s on an H100 against 2.8 TB/s for a copy); "" (the CPU): that loop.
 
     Everything that varies between trees of one buffer size (the pieces) is traced."""
     dtype = np.dtype(work)
@@ -146,9 +146,9 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: boo
                                            jnp.zeros((full, N_FIGURES), dtype)))
         if n_grid > full:
             rest = x[full * block:n_grid * block].reshape(-1, block)
-            if one_pass and ONE_PASS_FORM == "siblings":
+            if one_pass == "siblings":
                 parts.append(_careful_siblings(rest))
-            elif one_pass and ONE_PASS_FORM == "fast":
+            elif one_pass == "fast":
                 parts.append(_fast_fused(rest))
             elif full or one_pass:
                 parts.append(_careful(rest, jnp.ones(rest.shape, bool)))

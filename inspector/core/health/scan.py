@@ -177,7 +177,7 @@ def _layout_groups(layout) -> dict:
 
 
 @lru_cache(maxsize=64)
-def _buffer_jit(size: int, block: int, n_pieces: int, work: str, one_pass: bool = False):
+def _buffer_jit(size: int, block: int, n_pieces: int, work: str, one_pass: str = ""):
     return jax.jit(buffer_kernel(size, block, n_pieces, work, one_pass))
 
 
@@ -207,8 +207,8 @@ def _scan_packed(tree: PackedTree, device, paths=None):
                     col[members] = figures[k]
             scanned[members] = True
             continue
-        one_pass = _one_pass(device)
-        block = block_for(layout.sizes[group], len(members), one_pass)
+        one_pass = kernels.ONE_PASS_FORM if _one_pass(device) else ""
+        block = block_for(layout.sizes[group], len(members), bool(one_pass))
         start, stop, row, lo, hi, pieces = _leaf_rows(info, group, size, block)
         rows = np.zeros((0, N_FIGURES))
         if size:
@@ -220,7 +220,7 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
-            grid = np.asarray(grid) if one_pass and kernels.ONE_PASS_FORM != "fast" else \
+            grid = np.asarray(grid) if one_pass in ("variadic", "siblings") else \
                 _careful_again(np.asarray(grid), x, size, block, work, device)
             rows = np.concatenate([grid, np.asarray(piece_rows)])
             pieces = np.where(pieces >= 0, pieces + len(grid), -1)
