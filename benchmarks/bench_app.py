@@ -25,6 +25,7 @@ b.safetensors --no-show`), and drives headless chromium:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -159,7 +160,7 @@ def wait_status_change(page, before: str, timeout: float = 600) -> str:
 
 
 def run_session(browser, url: str, names: list[str], changes: int = 0,
-                rss: RssSampler | None = None) -> dict:
+                rss: RssSampler | None = None, marks: Path | None = None) -> dict:
     """Opens a session, checks the form's defaults, runs the sum, makes weight changes; returns
     the seconds of the first run and of each change, and the server's peak RSS during the
     first run (when `rss` is given)."""
@@ -175,11 +176,15 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
     before = status_text(page)
     if rss is not None:
         rss.reset()
+    mark_from = marks.stat().st_size if marks is not None and marks.exists() else 0
+    clicked = time.time()
     start = time.perf_counter()
     page.get_by_role("button", name="Run the current operation.").click()
     wait_status_change(page, before)
     out = {"first": time.perf_counter() - start, "changes": [],
            "first_peak": rss.peak() if rss is not None else 0}
+    if marks is not None:
+        out["breakdown"] = breakdown(marks, mark_from, clicked, clicked + out["first"])
     out["busy"] = []
     for i in range(2 * changes):
         w = 0.1 + 0.8 * (i + 1) / (2 * changes + 1)
@@ -196,6 +201,29 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
         out["busy" if busy else "changes"].append(time.perf_counter() - start)
     context.close()
     return out
+
+
+def breakdown(marks: Path, offset: int, clicked: float, seen: float) -> list[tuple[str, float]]:
+    """The server's run marks (`INSPECTOR_RUN_MARKS`) written after `offset` between the
+    browser's click and the status seen, as (step, seconds since the step before)."""
+    with open(marks) as f:
+        f.seek(offset)
+        lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    steps, last = [], clicked
+    for t, _, label in lines:
+        t = float(t)
+        if t > seen:
+            break
+        steps.append((label, t - last))
+        last = t
+    steps.append(("status seen by the browser (polled every 10 ms)", seen - last))
+    return steps
+
+
+def print_breakdown(title: str, steps: list[tuple[str, float]]) -> None:
+    print(f"\n{title}: step (seconds since the step before; first after the browser's click)")
+    for label, seconds in steps:
+        print(f"  {seconds * 1e3:8.1f} ms  {label}")
 
 
 def wait_settled(rss: RssSampler, seconds: float) -> tuple[int, float]:
@@ -222,6 +250,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints afterwards")
     parser.add_argument("--changes", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument("--marks", action="store_true",
+                        help="log the server's run steps (INSPECTOR_RUN_MARKS) and print the "
+                             "first run's and a later session's first run's breakdown")
     parser.add_argument("--settle", type=float, default=60,
                         help="at most this many seconds for closed sessions to be freed")
     args = parser.parse_args()
@@ -242,9 +273,18 @@ def main() -> None:
     print(f"two checkpoints: {n_params / 1e6:.0f}M params, {n_tensors} tensors, "
           f"{leaves[0].nbytes / 1e9:.2f} GB each")
     port = free_port()
+    # the launcher runs this checkout's inspector (its cwd is --dir: a relative PYTHONPATH
+    # such as `.` would give it the installed one)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    marks = None
+    if args.marks:
+        marks = args.dir / "run_marks.tsv"
+        marks.unlink(missing_ok=True)
+        env["INSPECTOR_RUN_MARKS"] = str(marks)
     proc = subprocess.Popen(
         [sys.executable, "-m", "inspector", *map(str, paths), "--no-show", "--port", str(port)],
-        cwd=args.dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cwd=args.dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     rss = RssSampler(proc.pid)
     try:
         line = proc.stdout.readline()
@@ -256,12 +296,14 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             rss.reset()
             start = time.perf_counter()
-            first = run_session(browser, url, names, changes=args.changes, rss=rss)
+            first = run_session(browser, url, names, changes=args.changes, rss=rss, marks=marks)
             first_total = time.perf_counter() - start
             session_peak = rss.peak()
             after_first, freed_first = wait_settled(rss, args.settle)
             rss.reset()
-            later = [run_session(browser, url, names)["first"] for _ in range(args.sessions)]
+            later_runs = [run_session(browser, url, names, marks=marks)
+                          for _ in range(args.sessions)]
+            later = [r["first"] for r in later_runs]
             more_peak = rss.peak()
             after_more, freed_more = wait_settled(rss, args.settle)
             browser.close()
@@ -277,6 +319,10 @@ def main() -> None:
               f"({moved / 1e9:.1f} GB moved); changes: "
               + ", ".join(f"{t:.2f}" for t in times) + " s; during repeats: "
               + ", ".join(f"{t:.2f}" for t in busy) + " s")
+        if marks is not None:
+            print_breakdown("first run", first["breakdown"])
+            for i, r in enumerate(later_runs):
+                print_breakdown(f"session {i + 2}'s first run", r["breakdown"])
         print("| measure | value | target |\n|---|---|---|")
         bound = 1.5 * floor + 0.5
         print(f"| first run: Run pressed -> status (reads both files) | {first['first']:.2f} s; "

@@ -33,6 +33,7 @@ from inspector.core.runner import PlannedRun, thread_compiles
 from inspector.core.working_set import WorkingSet
 from inspector.ui.session import launcher_warm
 from inspector.ui.session.formatting import human_bytes
+from inspector.ui.session.run_marks import mark
 
 
 class Cancelled(Exception):
@@ -192,8 +193,10 @@ class JobRunner:
         # session's last result (same op and trees: same output), not into fresh memory.
         spare = launcher_warm.take_spare() if warm and self._last is None else []
         reusable = self._reusable(plain) + spare
+        mark(f"spare taken ({len(spare)} buffers)")
         inputs = self.inputs(job, loaded, device, reused=sum(b.nbytes for b in reusable),
                              reading=reading)
+        mark(f"inputs held (read {self.last_read[0] / 1e9:.2f} GB)")
         if inputs is None:
             rr, planned = self._streamed(job, plain, device, progress), None
         else:
@@ -201,7 +204,10 @@ class JobRunner:
             fn, args, kwargs = job.arguments(inputs)
             with donating(reusable):  # the output is planned into the last result's buffers
                 planned = PlannedRun(fn, *args, device=device, **kwargs)
+                mark(f"planned (kernels {planned._kernel_seconds:.3f} s, place "
+                     f"{planned.place_seconds:.3f} s)")
                 result, seconds = planned.execute()
+                mark("executed")
             rr = planned.result(result, [seconds])
             read_bytes, read_seconds = self.last_read
             if read_bytes:  # the working set read the files: the timing card's read line
