@@ -118,7 +118,13 @@ class Worker:
                 self._fail(None, exc)
                 continue
             self._progress_shown = 0.0  # a new task's first progress always shows
-            session.param.update(busy=True, status=task.status, progress=None, running=running)
+            mark(f"task built: {running}", session)
+            # one message to the page (a Run click is a Bokeh event, not held as a change
+            # is: each of these went alone, 30-70 ms of a later session's first run)
+            with session.updates_together():
+                session.param.update(busy=True, status=task.status, progress=None,
+                                     running=running)
+            mark("busy shown", session)
             if session.background:
                 param.parameterized.async_executor(lambda t=task: self._in_thread(t))
                 return
