@@ -1,6 +1,7 @@
 """The app on two real-sized checkpoints: weight change -> status, first-run memory, cleanup.
 
     python benchmarks/bench_app.py [--dir /tmp/bench_app] [--keep] [--changes 5] [--sessions 3]
+        [--marks]
 
 Writes two GPT-2-medium-sized float32 safetensors (20 blocks of d = 1024 and a 50,257-token
 embedding: 304M parameters, 244 tensors, 1.2 GB each) under `--dir` (deleted afterwards unless
@@ -20,6 +21,12 @@ b.safetensors --no-show`), and drives headless chromium:
    <= 0.5 s, the launcher's trees stay warm) and close; the server's memory after they are
    cleaned up is compared with after the first (target: <= +300 MB),
    and how long after closing the memory came back is shown (closed pages expire at once).
+
+With `--marks`, the launcher logs each step of a run (`INSPECTOR_RUN_MARKS`,
+`inspector/ui/session/run_marks.py`) and the first run's and each later session's first
+run's breakdown is printed: from the click to the Run event's arrival, the work's start in
+its thread, the read, planning (the output buffer), the execution, the result's index, the
+views' updates and the status seen by the browser.
 """
 
 from __future__ import annotations
