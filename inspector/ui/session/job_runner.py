@@ -123,7 +123,8 @@ class JobRunner:
         self._handed = None  # the result given to the next session (once), if any
         self._orphan = None  # the last result `close` left to the execution in flight
         # held while an execution writes into the last result's buffers (the worker thread),
-        # so `close` hands them to the next session only when no execution is in flight
+        # so `close` hands them to the next session only when no execution is in flight (else
+        # the execution does, once done)
         self._executing = threading.Lock()
 
     def new_generation(self) -> int:
@@ -336,19 +337,24 @@ class JobRunner:
         # Freed now, whoever still refers to it (work in flight, callbacks of the ended page):
         # a result is this session's own (a kept one is a tree, pinned, and not freed here);
         # one of the launcher's trees goes to the next session, to write its output into.
-        # Handed on only when no execution is writing into it (never waiting for one here:
-        # this is the server's event loop); else freed, as before.
+        # Never waiting for an execution writing into it (this is the server's event loop):
+        # that execution hands it on once done.
         last, self._last = self._last, None
         if self._warm and isinstance(last, PackedTree):
+            # Left to an execution in flight (a timed repeat writing into it, or a run), which
+            # hands it on or frees it once done (`_after_close`); taken back here if none is.
+            with self._lock:
+                self._orphan = last
             if self._executing.acquire(blocking=False):
                 try:
-                    self._hand_on(last)
+                    with self._lock:
+                        orphan, self._orphan = self._orphan, None
+                    # an execution that finished meanwhile may have handed on its own result
+                    if orphan is not None and not self._hand_on(orphan) and \
+                            self._handed is not orphan:
+                        _free(orphan)
                 finally:
                     self._executing.release()
-            else:  # an execution writes into it (a timed repeat) or a run is in flight:
-                # that thread hands the result on (or frees it) once it is done
-                with self._lock:
-                    self._orphan = last
         else:
             _free(last)
         self.working.close()
