@@ -184,14 +184,21 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
     if rss is not None:
         rss.reset()
     mark_from = marks.stat().st_size if marks is not None and marks.exists() else 0
+    button = page.get_by_role("button", name="Run the current operation.")
+    if marks is not None:  # when the page itself saw the click (after Playwright's checks)
+        button.evaluate("b => b.addEventListener('click', () => { "
+                        "window.__inspectorClicked = Date.now(); }, {capture: true, once: true})")
     clicked = time.time()
     start = time.perf_counter()
-    page.get_by_role("button", name="Run the current operation.").click()
+    button.click()
     wait_status_change(page, before)
     out = {"first": time.perf_counter() - start, "changes": [],
            "first_peak": rss.peak() if rss is not None else 0}
     if marks is not None:
-        out["breakdown"] = breakdown(marks, mark_from, clicked, clicked + out["first"])
+        in_page = page.evaluate("window.__inspectorClicked || 0") / 1e3
+        out["breakdown"] = breakdown(marks, mark_from, clicked, clicked + out["first"],
+                                     [(in_page, "click event in the page (Playwright's "
+                                                "actionability checks before it)")])
     out["busy"] = []
     for i in range(2 * changes):
         w = 0.1 + 0.8 * (i + 1) / (2 * changes + 1)
@@ -210,15 +217,18 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
     return out
 
 
-def breakdown(marks: Path, offset: int, clicked: float, seen: float) -> list[tuple[str, float]]:
-    """The server's run marks (`INSPECTOR_RUN_MARKS`) written after `offset` between the
-    browser's click and the status seen, as (step, seconds since the step before)."""
+def breakdown(marks: Path, offset: int, clicked: float, seen: float,
+              extra: list[tuple[float, str]] = ()) -> list[tuple[str, float]]:
+    """The server's run marks (`INSPECTOR_RUN_MARKS`) written after `offset`, and `extra`
+    (unix time, step) marks, between the browser's click and the status seen, as (step,
+    seconds since the step before)."""
     with open(marks) as f:
         f.seek(offset)
         lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    timed = sorted([(float(t), label) for t, _, label in lines] + [
+        (t, label) for t, label in extra if t > 0])
     steps, last = [], clicked
-    for t, _, label in lines:
-        t = float(t)
+    for t, label in timed:
         if t > seen:
             break
         steps.append((label, t - last))
