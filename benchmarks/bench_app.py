@@ -1,6 +1,7 @@
 """The app on two real-sized checkpoints: weight change -> status, first-run memory, cleanup.
 
     python benchmarks/bench_app.py [--dir /tmp/bench_app] [--keep] [--changes 5] [--sessions 3]
+        [--marks]
 
 Writes two GPT-2-medium-sized float32 safetensors (20 blocks of d = 1024 and a 50,257-token
 embedding: 304M parameters, 244 tensors, 1.2 GB each) under `--dir` (deleted afterwards unless
@@ -20,11 +21,18 @@ b.safetensors --no-show`), and drives headless chromium:
    <= 0.5 s, the launcher's trees stay warm) and close; the server's memory after they are
    cleaned up is compared with after the first (target: <= +300 MB),
    and how long after closing the memory came back is shown (closed pages expire at once).
+
+With `--marks`, the launcher logs each step of a run (`INSPECTOR_RUN_MARKS`,
+`inspector/ui/session/run_marks.py`) and the first run's and each later session's first
+run's breakdown is printed: from the click to the Run event's arrival, the work's start in
+its thread, the read, planning (the output buffer), the execution, the result's index, the
+views' updates and the status seen by the browser.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -159,7 +167,7 @@ def wait_status_change(page, before: str, timeout: float = 600) -> str:
 
 
 def run_session(browser, url: str, names: list[str], changes: int = 0,
-                rss: RssSampler | None = None) -> dict:
+                rss: RssSampler | None = None, marks: Path | None = None) -> dict:
     """Opens a session, checks the form's defaults, runs the sum, makes weight changes; returns
     the seconds of the first run and of each change, and the server's peak RSS during the
     first run (when `rss` is given)."""
@@ -175,11 +183,22 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
     before = status_text(page)
     if rss is not None:
         rss.reset()
+    mark_from = marks.stat().st_size if marks is not None and marks.exists() else 0
+    button = page.get_by_role("button", name="Run the current operation.")
+    if marks is not None:  # when the page itself saw the click (after Playwright's checks)
+        button.evaluate("b => b.addEventListener('click', () => { "
+                        "window.__inspectorClicked = Date.now(); }, {capture: true, once: true})")
+    clicked = time.time()
     start = time.perf_counter()
-    page.get_by_role("button", name="Run the current operation.").click()
+    button.click()
     wait_status_change(page, before)
     out = {"first": time.perf_counter() - start, "changes": [],
            "first_peak": rss.peak() if rss is not None else 0}
+    if marks is not None:
+        in_page = page.evaluate("window.__inspectorClicked || 0") / 1e3
+        out["breakdown"] = breakdown(marks, mark_from, clicked, clicked + out["first"],
+                                     [(in_page, "click event in the page (Playwright's "
+                                                "actionability checks before it)")])
     out["busy"] = []
     for i in range(2 * changes):
         w = 0.1 + 0.8 * (i + 1) / (2 * changes + 1)
@@ -196,6 +215,32 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
         out["busy" if busy else "changes"].append(time.perf_counter() - start)
     context.close()
     return out
+
+
+def breakdown(marks: Path, offset: int, clicked: float, seen: float,
+              extra: list[tuple[float, str]] = ()) -> list[tuple[str, float]]:
+    """The server's run marks (`INSPECTOR_RUN_MARKS`) written after `offset`, and `extra`
+    (unix time, step) marks, between the browser's click and the status seen, as (step,
+    seconds since the step before)."""
+    with open(marks) as f:
+        f.seek(offset)
+        lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    timed = sorted([(float(t), label) for t, _, label in lines] + [
+        (t, label) for t, label in extra if t > 0])
+    steps, last = [], clicked
+    for t, label in timed:
+        if t > seen:
+            break
+        steps.append((label, t - last))
+        last = t
+    steps.append(("status seen by the browser (polled every 10 ms)", seen - last))
+    return steps
+
+
+def print_breakdown(title: str, steps: list[tuple[str, float]]) -> None:
+    print(f"\n{title}: step (seconds since the step before; first after the browser's click)")
+    for label, seconds in steps:
+        print(f"  {seconds * 1e3:8.1f} ms  {label}")
 
 
 def wait_settled(rss: RssSampler, seconds: float) -> tuple[int, float]:
@@ -222,6 +267,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints afterwards")
     parser.add_argument("--changes", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument("--marks", action="store_true",
+                        help="log the server's run steps (INSPECTOR_RUN_MARKS) and print the "
+                             "first run's and a later session's first run's breakdown")
     parser.add_argument("--settle", type=float, default=60,
                         help="at most this many seconds for closed sessions to be freed")
     args = parser.parse_args()
@@ -242,9 +290,18 @@ def main() -> None:
     print(f"two checkpoints: {n_params / 1e6:.0f}M params, {n_tensors} tensors, "
           f"{leaves[0].nbytes / 1e9:.2f} GB each")
     port = free_port()
+    # the launcher runs this checkout's inspector (its cwd is --dir: a relative PYTHONPATH
+    # such as `.` would give it the installed one)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    marks = None
+    if args.marks:
+        marks = args.dir / "run_marks.tsv"
+        marks.unlink(missing_ok=True)
+        env["INSPECTOR_RUN_MARKS"] = str(marks)
     proc = subprocess.Popen(
         [sys.executable, "-m", "inspector", *map(str, paths), "--no-show", "--port", str(port)],
-        cwd=args.dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cwd=args.dir, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     rss = RssSampler(proc.pid)
     try:
         line = proc.stdout.readline()
@@ -256,12 +313,14 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             rss.reset()
             start = time.perf_counter()
-            first = run_session(browser, url, names, changes=args.changes, rss=rss)
+            first = run_session(browser, url, names, changes=args.changes, rss=rss, marks=marks)
             first_total = time.perf_counter() - start
             session_peak = rss.peak()
             after_first, freed_first = wait_settled(rss, args.settle)
             rss.reset()
-            later = [run_session(browser, url, names)["first"] for _ in range(args.sessions)]
+            later_runs = [run_session(browser, url, names, marks=marks)
+                          for _ in range(args.sessions)]
+            later = [r["first"] for r in later_runs]
             more_peak = rss.peak()
             after_more, freed_more = wait_settled(rss, args.settle)
             browser.close()
@@ -277,6 +336,10 @@ def main() -> None:
               f"({moved / 1e9:.1f} GB moved); changes: "
               + ", ".join(f"{t:.2f}" for t in times) + " s; during repeats: "
               + ", ".join(f"{t:.2f}" for t in busy) + " s")
+        if marks is not None:
+            print_breakdown("first run", first["breakdown"])
+            for i, r in enumerate(later_runs):
+                print_breakdown(f"session {i + 2}'s first run", r["breakdown"])
         print("| measure | value | target |\n|---|---|---|")
         bound = 1.5 * floor + 0.5
         print(f"| first run: Run pressed -> status (reads both files) | {first['first']:.2f} s; "

@@ -11,6 +11,7 @@ import pytest
 from inspector.core import caches, working_set
 from inspector.ui.session import launcher_warm
 from inspector.ui.session.formatting import human_bytes
+from inspector.ui.session.job_runner import Cancelled
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.state import InspectorState
 from tests.core.test_streaming import Tracker
@@ -122,11 +123,52 @@ def test_a_first_read_shows_each_tree_read_on_the_progress_bar():
     s.close()
 
 
-def test_a_session_closing_while_an_execution_writes_hands_nothing_on():
+def test_a_session_closing_while_a_timed_repeat_writes_hands_its_result_on_after_it():
     values, loaded = launched(Tracker())
     s, rr = run_session(loaded)
-    buffer = rr.result.buffers["float32"]
-    with s.runs._executing:  # a timed repeat writing into the result (the worker thread)
-        s.close()  # the event loop does not wait for it: the result is freed, as before
-    assert caches.sizes()["launcher spare output"] == 0
-    assert buffer.is_deleted()
+    planned = s.runs._planned[1]
+    execute = planned.execute
+
+    def closed_meanwhile():
+        # the event loop closes the session while this execution writes into the result:
+        # `close` cannot take the execution's lock, so it leaves the result to this thread
+        out = execute()
+        s.close()
+        assert caches.sizes()["launcher spare output"] == 0
+        return out
+
+    planned.execute = closed_meanwhile
+    with pytest.raises(Cancelled):
+        s.runs.repeat(rr, 3, s.runs._generation)
+    # handed on once the execution was done (was: freed), holding that execution's output
+    assert caches.sizes()["launcher spare output"] == 1
+    address = rr.result.buffers["float32"].unsafe_buffer_pointer()
+    second, again = run_session(loaded)
+    assert again.result.buffers["float32"].unsafe_buffer_pointer() == address
+    check_values(again, values)
+    second.close()
+
+
+def test_a_run_finishing_after_its_session_closed_hands_its_result_on():
+    values, loaded = launched(Tracker())
+    s = InspectorState(repeats=1)
+    for t in loaded:
+        s.add(t)
+    s.ops["weighted_sum"].param.update(trees=[t.name for t in loaded], weights=WEIGHTS)
+    s.op = "weighted_sum"
+    job = s.job()
+    inputs = s.runs.inputs
+
+    def closed_while_reading(*args, **kwargs):
+        out = inputs(*args, **kwargs)
+        s.runs.close()  # the page closed while the files were read
+        return out
+
+    s.runs.inputs = closed_while_reading
+    with pytest.raises(Cancelled):
+        s.runs.run_once(job, dict(s.trees), s.device)
+    assert caches.sizes()["launcher spare output"] == 1  # its output: the next session's
+    second, again = run_session(loaded)
+    check_values(again, values)
+    second.close()
+    s.close()

@@ -33,6 +33,7 @@ from inspector.core.runner import PlannedRun, thread_compiles
 from inspector.core.working_set import WorkingSet
 from inspector.ui.session import launcher_warm
 from inspector.ui.session.formatting import human_bytes
+from inspector.ui.session.run_marks import mark
 
 
 class Cancelled(Exception):
@@ -119,9 +120,11 @@ class JobRunner:
         self._planned = None  # (first RunResult, PlannedRun): the plan its repeats execute
         self._pinned = None  # the result last kept as a tree: no run writes into it again
         self._warm = False  # the last result came from the launcher's trees only
-        self._handed = False  # `close` gave it to the next session
+        self._handed = None  # the result given to the next session (once), if any
+        self._orphan = None  # the last result `close` left to the execution in flight
         # held while an execution writes into the last result's buffers (the worker thread),
-        # so `close` hands them to the next session only when no execution is in flight
+        # so `close` hands them to the next session only when no execution is in flight (else
+        # the execution does, once done)
         self._executing = threading.Lock()
 
     def new_generation(self) -> int:
@@ -192,8 +195,10 @@ class JobRunner:
         # session's last result (same op and trees: same output), not into fresh memory.
         spare = launcher_warm.take_spare() if warm and self._last is None else []
         reusable = self._reusable(plain) + spare
+        mark(f"spare taken ({len(spare)} buffers)")
         inputs = self.inputs(job, loaded, device, reused=sum(b.nbytes for b in reusable),
                              reading=reading)
+        mark(f"inputs held (read {self.last_read[0] / 1e9:.2f} GB)")
         if inputs is None:
             rr, planned = self._streamed(job, plain, device, progress), None
         else:
@@ -201,7 +206,10 @@ class JobRunner:
             fn, args, kwargs = job.arguments(inputs)
             with donating(reusable):  # the output is planned into the last result's buffers
                 planned = PlannedRun(fn, *args, device=device, **kwargs)
+                mark(f"planned (kernels {planned._kernel_seconds:.3f} s, place "
+                     f"{planned.place_seconds:.3f} s)")
                 result, seconds = planned.execute()
+                mark("executed")
             rr = planned.result(result, [seconds])
             read_bytes, read_seconds = self.last_read
             if read_bytes:  # the working set read the files: the timing card's read line
@@ -212,8 +220,10 @@ class JobRunner:
             reusable_result = isinstance(rr.result, PackedTree) and not _aliases(rr.result,
                                                                                  args)
         with self._executing:
-            if self._closed:  # the session ended while it ran: nobody will see it
-                _free(rr.result)
+            if self._closed:  # the session ended while it ran: nobody will see it; a
+                # result of the launcher's trees is the next session's output (`close`
+                # left it to this execution), any other is freed
+                self._after_close(rr.result, warm and reusable_result)
                 raise Cancelled
             self._last = rr.result if reusable_result else None
             self._warm = warm
@@ -249,8 +259,10 @@ class JobRunner:
             if self._closed:  # it ended during this execution: free what close did not take
                 if not refill:
                     _free(result)
-                if not (refill and self._handed):  # else the next session's (`close`)
-                    _free(first.result)
+                # the shown result, refilled: the next session's output when it came from the
+                # launcher's trees (`close` could not hand it on while this execution wrote
+                # into it), else freed
+                self._after_close(first.result, refill and self._warm)
                 raise Cancelled
         with self._lock:
             if self._planned is not None and self._planned[1] is planned:
@@ -290,6 +302,29 @@ class JobRunner:
             read_bytes=read_bytes, compute_seconds=compute,
             write_seconds=max(0.0, seconds - read - compute - compiled), path=path)
 
+    def _hand_on(self, result) -> bool:
+        """Gives `result`'s buffers to the next session's first run (once per session:
+        whichever of `close` and a finishing execution comes first); False if already given."""
+        with self._lock:
+            if self._handed is not None:
+                return False
+            self._handed = result
+        launcher_warm.give_spare([b for b in result.buffers.values()
+                                  if hasattr(b, "is_deleted") and not b.is_deleted()])
+        return True
+
+    def _after_close(self, result, handable: bool) -> None:
+        """An execution that finished after `close` (which did not wait for it): hands
+        `result` on to the next session when `handable`, else frees it; frees what `close`
+        left to it (the result that execution replaced), unless that is `result`."""
+        with self._lock:
+            orphan, self._orphan = self._orphan, None
+        if not (handable and isinstance(result, PackedTree) and
+                (self._hand_on(result) or self._handed is result)):
+            _free(result)
+        if orphan is not None and orphan is not result:
+            _free(orphan)
+
     def held(self) -> list:
         """What the working set holds now (`Holding`s)."""
         return self.working.holdings()
@@ -302,17 +337,24 @@ class JobRunner:
         # Freed now, whoever still refers to it (work in flight, callbacks of the ended page):
         # a result is this session's own (a kept one is a tree, pinned, and not freed here);
         # one of the launcher's trees goes to the next session, to write its output into.
-        # Handed on only when no execution is writing into it (never waiting for one here:
-        # this is the server's event loop); else freed, as before.
+        # Never waiting for an execution writing into it (this is the server's event loop):
+        # that execution hands it on once done.
         last, self._last = self._last, None
-        if self._warm and isinstance(last, PackedTree) and \
-                self._executing.acquire(blocking=False):
-            try:
-                self._handed = True
-                launcher_warm.give_spare([b for b in last.buffers.values()
-                                          if hasattr(b, "is_deleted") and not b.is_deleted()])
-            finally:
-                self._executing.release()
+        if self._warm and isinstance(last, PackedTree):
+            # Left to an execution in flight (a timed repeat writing into it, or a run), which
+            # hands it on or frees it once done (`_after_close`); taken back here if none is.
+            with self._lock:
+                self._orphan = last
+            if self._executing.acquire(blocking=False):
+                try:
+                    with self._lock:
+                        orphan, self._orphan = self._orphan, None
+                    # an execution that finished meanwhile may have handed on its own result
+                    if orphan is not None and not self._hand_on(orphan) and \
+                            self._handed is not orphan:
+                        _free(orphan)
+                finally:
+                    self._executing.release()
         else:
             _free(last)
         self.working.close()

@@ -17,6 +17,7 @@ from inspector.ui.session.job_runner import StreamedRun
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.origins import Result
 from inspector.ui.session.records import RunRecord
+from inspector.ui.session.run_marks import mark
 from inspector.ui.session.tree_index import index_for
 from inspector.ui.session.worker import Task
 
@@ -34,12 +35,15 @@ def run_task(session) -> Task:
     loaded = dict(session.trees)
 
     def work():
+        mark("work started", session)
         # Once, on the working set (read once, then reused): the page shows this result
         # now; the timed repeats follow as their own work (`repeat_task`).
         rr = session.runs.run_once(job, loaded, device,
                                    progress=lambda p: _stream_progress(session, p),
                                    reading=lambda *a: _read_progress(session, job, *a))
+        mark("run_once returned", session)
         index_for(rr.result)  # describe the result here, off the event loop
+        mark("result indexed", session)
         eager_s = diff = None
         make = job.settings.eager([loaded[n].tree for n in job.trees], job.call.options) \
             if eager and not isinstance(rr, StreamedRun) else None
@@ -53,6 +57,7 @@ def run_task(session) -> Task:
     work = led_run(session, job, work)  # followers run it too when its inputs span hosts
 
     def done(out):
+        mark("done started (event loop)", session)
         rr, eager_s, diff = out
         record = RunRecord.of(len(session.history) + 1, job, rr, eager_s, device, repeats)
         view, same = session.tree_views["result"], session.result_name == job.label
@@ -74,6 +79,7 @@ def run_task(session) -> Task:
             # Served: not while the user is still changing settings (the session stays
             # free meanwhile, so the next change starts at once).
             session.worker.later(REPEAT_DELAY if session.background else 0, time_it)
+        mark("done: views updated", session)
 
     return Task(f"Running {job.op} on {device} …", work, done)
 

@@ -31,6 +31,7 @@ from inspector.ui.session.mesh_state import MeshState
 from inspector.ui.session.op_settings import OpSettings, settings_classes
 from inspector.ui.session.open_state import OpenState
 from inspector.ui.session.records import Job, RunRecord
+from inspector.ui.session.run_marks import mark
 from inspector.ui.session.run_tasks import REPEAT_DELAY, keep_task, run_task
 from inspector.ui.session.tree_index import index_for
 from inspector.ui.session.tree_view_state import VIEWS, TreeViewState
@@ -305,6 +306,7 @@ class InspectorState(param.Parameterized):
 
     @param.depends("run", watch=True)
     def _on_run(self):
+        mark("run event", self)
         self.runs.new_generation()  # timed repeats running now stop at their next execution
         self.worker.submit("running", lambda: run_task(self), coalesce=True)
 

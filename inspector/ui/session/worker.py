@@ -20,6 +20,7 @@ import param
 
 import inspector
 from inspector.ui.session.job_runner import Cancelled
+from inspector.ui.session.run_marks import mark
 
 
 def error_text(exc: BaseException, root: str = "") -> str:
@@ -117,7 +118,13 @@ class Worker:
                 self._fail(None, exc)
                 continue
             self._progress_shown = 0.0  # a new task's first progress always shows
-            session.param.update(busy=True, status=task.status, progress=None, running=running)
+            mark(f"task built: {running}", session)
+            # one message to the page (a Run click is a Bokeh event, not held as a change
+            # is: each of these went alone, 30-70 ms of a later session's first run)
+            with session.updates_together():
+                session.param.update(busy=True, status=task.status, progress=None,
+                                     running=running)
+            mark("busy shown", session)
             if session.background:
                 param.parameterized.async_executor(lambda t=task: self._in_thread(t))
                 return
@@ -128,11 +135,14 @@ class Worker:
         # Runs on the session's event loop without the document lock (Panel's default for
         # async callbacks), so the session stays responsive while the work runs in a thread.
         out, exc = await asyncio.to_thread(_call, task.work)
+        mark("work returned (event loop)", self._session)
 
         async def finish():
+            mark("finish started (document lock)", self._session)
             with self._session.updates_together():
                 self._complete(task, out, exc)
                 self._next()
+            mark("finish: document changes sent", self._session)
 
         # Views update Bokeh models directly (chart sources), which needs the document lock:
         # `lock = True` is what `panel.io.with_lock` sets, and Panel's executor honours it.
