@@ -11,20 +11,27 @@ a cache-sized chunk at a time, every figure of the chunk while it is in cache, c
 between two threads (NumPy and BLAS release the GIL).
 
 Each chunk is cut where a leaf starts or ends, so each segment belongs to one leaf and a leaf
-is a run of whole segments (no masked pieces). Per segment, the ten partials of `kernels.py`
+is a run of whole segments (no masked pieces). A segment of at least 1/16 of a chunk is
+reduced on its own (`_one`: five passes while it is in cache, float min and max, `x == 0`
+counted where it spans 0, BLAS row sums and row sums of squares); the runs of smaller segments
+between them together (`_many`: `reduceat`s). Per segment, the ten partials of `kernels.py`
 (`n, shift, sum d, sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
 
-- min, max: `np.minimum/maximum.reduceat` of the bits as integers (`_min_max`); a NaN or
-  Inf shows in them, and only a chunk holding one (or whose float32 sums overflow) goes
-  through the careful pass (`_careful`: float64, NaN/Inf counted, left out of the moments);
-- sums and sums of squares in float32, pairwise (`np.add.reduceat`), or for a chunk that is one
-  segment as BLAS products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added
-  in float64: error ~1e-7 relative;
+- min, max: in a run, `np.minimum/maximum.reduceat` of the bits as integers (`_min_max`); a
+  NaN or Inf shows in them, and only a segment or run holding one (or whose float32 sums
+  overflow) goes through the careful pass (`_careful`: float64, NaN/Inf counted, left out of
+  the moments);
+- sums and sums of squares in float32, pairwise (`np.add.reduceat`) in a run, or as BLAS
+  products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added in float64:
+  error ~1e-7 relative;
 - shift 0, unless the segment's mean is large against its spread (`sum x^2 > 4 M2`), where the
   unshifted `M2 = sum x^2 - (sum x)^2 / n` would lose digits: those segments are summed again
   about their own mean (rounded to float32); a constant segment (`min == max`) needs neither;
-- zeros: a constant segment's from its value; else one `count_nonzero` of `x == 0` per chunk
-  where a segment spans 0, spread over the segments only when some are found.
+- zeros: a constant segment's from its value; in a run, counted only when two integer
+  reductions find a +0.0 or -0.0 (`_has_zero`), spread over the segments.
+
+The five passes are the floor here: no NumPy or BLAS routine computes two of these figures in
+one pass (`benchmarks/bench_scan_passes.py` prints each pass's cost; docs/health-speed.md).
 """
 
 from __future__ import annotations
