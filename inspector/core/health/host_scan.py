@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -114,9 +115,21 @@ class _Scratch(NamedTuple):
     part: np.ndarray
 
 
+_LOCAL = threading.local()
+
+
+def _scratch() -> _Scratch:
+    """This thread's buffers, kept between scans: fresh ones fault their pages in on first use
+    (1.25 MiB per job, ~2,000 page faults per scan of 100k leaves)."""
+    work = getattr(_LOCAL, "work", None)
+    if work is None or work.values.size != CHUNK:
+        work = _LOCAL.work = _Scratch(np.empty(CHUNK, np.float32), np.empty(CHUNK, bool),
+                                      np.empty((2, CHUNK // ROW + 1), np.float32))
+    return work
+
+
 def _chunks(x, points, first, rows, chunks) -> None:
-    work = _Scratch(np.empty(CHUNK, np.float32), np.empty(CHUNK, bool),
-                    np.empty((2, CHUNK // ROW + 1), np.float32))
+    work = _scratch()
     wide = np.empty(CHUNK, np.float32) if x.dtype != np.float32 else None
     big = max(ROW, CHUNK // 16)  # a segment this long pays for its own BLAS calls
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
