@@ -142,3 +142,32 @@ def test_many_small_random_leaves_of_every_sign(small_chunks):
     assert s.leaf("['small'][5]").zeros == s.leaf("['small'][5]").size
     assert s.leaf("['small'][0]").max < 0 < s.leaf("['small'][1]").min
     assert [x.path for x in s.nonfinite()] == [f"['small'][{i}]" for i in (10, 11, 12, 13, 15)]
+
+
+def test_large_leaves_inside_a_chunk_of_several_are_reduced_on_their_own(monkeypatch):
+    """The real chunk size, one chunk holding small leaves and leaves of at least 1/16 of a
+    chunk (each reduced by the BLAS path on its own): one with NaN and -Inf, one far from
+    zero (summed again about its mean), one with +0.0 and -0.0 among random values, one
+    constant; figures against NumPy float64."""
+    big = host_scan.CHUNK // 16
+    rng = np.random.default_rng(4)
+    bad = rng.standard_normal(big + 5).astype(np.float32)
+    bad[[7, big]] = [np.nan, -np.inf]
+    signed = rng.standard_normal(big + 1000).astype(np.float32)
+    signed[[3, 500, -1]] = [0.0, -0.0, -0.0]
+    tree = {"a": rng.standard_normal(100).astype(np.float32), "bad": bad,
+            "b": rng.standard_normal(7).astype(np.float32),
+            "far": (1000 + rng.standard_normal(2 * big + 3)).astype(np.float32),
+            "signed": signed, "const": np.full(big, -1.5, np.float32),
+            "c": np.zeros(3, np.float32)}
+    packed = inspector.pack(tree)
+    assert packed.nbytes < 4 * host_scan.CHUNK  # all in the first chunk
+    alone = []
+    one = host_scan._one
+    monkeypatch.setattr(host_scan, "_one", lambda y, *a: (alone.append(y.size), one(y, *a)))
+    s = inspector.scan(packed)
+    assert sorted(alone) == sorted(tree[k].size for k in ("bad", "far", "signed", "const"))
+    for stats in s.leaves:
+        assert_figures(stats, tree[stats.path[2:-2]])
+    assert s.leaf("['signed']").zeros == 3 and s.leaf("['bad']").nan == 1
+    assert [x.path for x in s.nonfinite()] == ["['bad']"]

@@ -11,26 +11,36 @@ a cache-sized chunk at a time, every figure of the chunk while it is in cache, c
 between two threads (NumPy and BLAS release the GIL).
 
 Each chunk is cut where a leaf starts or ends, so each segment belongs to one leaf and a leaf
-is a run of whole segments (no masked pieces). Per segment, the ten partials of `kernels.py`
+is a run of whole segments (no masked pieces). A segment of at least 1/16 of a chunk is
+reduced on its own (`_one`: five passes while it is in cache, float min and max, `x == 0`
+counted where it spans 0, BLAS row sums and row sums of squares); the runs of smaller segments
+between them together (`_many`: `reduceat`s). Per segment, the ten partials of `kernels.py`
 (`n, shift, sum d, sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
 
-- min, max: `np.minimum/maximum.reduceat` of the bits as integers (`_min_max`); a NaN or
-  Inf shows in them, and only a chunk holding one (or whose float32 sums overflow) goes
-  through the careful pass (`_careful`: float64, NaN/Inf counted, left out of the moments);
-- sums and sums of squares in float32, pairwise (`np.add.reduceat`), or for a chunk that is one
-  segment as BLAS products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added
-  in float64: error ~1e-7 relative;
+- min, max: in a run, `np.minimum/maximum.reduceat` of the bits as integers (`_min_max`); a
+  NaN or Inf shows in them, and only a segment or run holding one (or whose float32 sums
+  overflow) goes through the careful pass (`_careful`: float64, NaN/Inf counted, left out of
+  the moments);
+- sums and sums of squares in float32, pairwise (`np.add.reduceat`) in a run, or as BLAS
+  products of rows of 1,024 elements (`X @ 1`, `vecdot(X, X)`), the rows added in float64:
+  error ~1e-7 relative;
 - shift 0, unless the segment's mean is large against its spread (`sum x^2 > 4 M2`), where the
   unshifted `M2 = sum x^2 - (sum x)^2 / n` would lose digits: those segments are summed again
   about their own mean (rounded to float32); a constant segment (`min == max`) needs neither;
-- zeros: a constant segment's from its value; else one `count_nonzero` of `x == 0` per chunk
-  where a segment spans 0, spread over the segments only when some are found.
+- zeros: a constant segment's from its value; in a run, counted only when two integer
+  reductions find a +0.0 or -0.0 (`_has_zero`), spread over the segments.
+
+The five passes are the floor here: no NumPy or BLAS routine computes two of these figures in
+one pass (`benchmarks/bench_scan_passes.py` prints each pass's cost; docs/health-speed.md).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,7 +66,9 @@ THREADS = max(1, min(2, os.cpu_count() or 1))
 POOL = ThreadPoolExecutor(THREADS, thread_name_prefix="inspector-scan") if THREADS > 1 \
     else None
 _ONES = np.ones(ROW, np.float32)
-_vecdot = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a, b))
+_vecdot = getattr(np, "vecdot", None) or (lambda a, b, out: np.einsum("ij,ij->i", a, b, out=out))
+_FIRST = np.zeros(1, np.intp)  # the starts of a run of one segment
+_INT32_MIN = np.iinfo(np.int32).min
 
 
 def segments(offsets: np.ndarray, sizes: np.ndarray, size: int):
@@ -95,55 +107,97 @@ def host_rows(x: np.ndarray, points: np.ndarray) -> np.ndarray:
     return rows
 
 
+class _Scratch(NamedTuple):
+    """One thread's buffers: a chunk of float32 values, of flags, and of row partials."""
+
+    values: np.ndarray
+    flags: np.ndarray
+    part: np.ndarray
+
+
+_LOCAL = threading.local()
+
+
+def _scratch() -> _Scratch:
+    """This thread's buffers, kept between scans: fresh ones fault their pages in on first use
+    (1.25 MiB per job, ~2,000 page faults per scan of 100k leaves)."""
+    work = getattr(_LOCAL, "work", None)
+    if work is None or work.values.size != CHUNK:
+        work = _LOCAL.work = _Scratch(np.empty(CHUNK, np.float32), np.empty(CHUNK, bool),
+                                      np.empty((2, CHUNK // ROW + 1), np.float32))
+    return work
+
+
 def _chunks(x, points, first, rows, chunks) -> None:
-    scratch = np.empty(CHUNK, np.float32)
+    work = _scratch()
     wide = np.empty(CHUNK, np.float32) if x.dtype != np.float32 else None
-    for c in chunks:
-        a, b = first[c], first[c + 1]
-        lo, hi = points[a], points[b]
-        y = x[lo:hi]
-        if wide is not None:  # float16/bfloat16: the chunk widened (exactly) to float32
-            y = wide[:hi - lo]
-            np.copyto(y, x[lo:hi], casting="unsafe")
-        out = rows[a:b]
-        if b - a == 1:
-            _one(y, out[0], scratch)
-        else:
-            _many(y, points[a:b] - lo, out, scratch)
+    big = max(ROW, CHUNK // 16)  # a segment this long pays for its own BLAS calls
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for c in chunks:
+            a, b = first[c], first[c + 1]
+            lo, hi = points[a], points[b]
+            y = x[lo:hi]
+            if wide is not None:  # float16/bfloat16: the chunk widened (exactly) to float32
+                y = wide[:hi - lo]
+                np.copyto(y, x[lo:hi], casting="unsafe")
+            if b - a == 1:
+                _one(y, rows[a], work)
+                continue
+            starts = points[a:b + 1] - lo
+            large = np.flatnonzero(np.diff(starts) >= big).tolist()
+            # each large segment on its own, the runs of small ones between them together
+            k = 0
+            for j in [*large, b - a]:
+                if j > k:
+                    _many(y[starts[k]:starts[j]], starts[k:j] - starts[k], rows[a + k:a + j], work)
+                if j < b - a:
+                    _one(y[starts[j]:starts[j + 1]], rows[a + j], work)
+                k = j + 1
 
 
-def _one(y: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
-    """The partials of a chunk that is one segment."""
+def _one(y: np.ndarray, out: np.ndarray, work: _Scratch) -> None:
+    """The partials of one segment (a chunk's worth or a large part of one): five passes
+    while it is in cache (min, max, zeros, BLAS row sums and row sums of squares)."""
     n = y.size
-    lo, hi = y.min(), y.max()
+    lo, hi = np.minimum.reduce(y), np.maximum.reduce(y)
     out[COUNT], out[MIN], out[MAX] = n, lo, hi
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        _careful(y, np.zeros(1, np.intp), out[None])
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        _careful(y, _FIRST, out[None])
         return
-    out[ZEROS] = np.count_nonzero(y == 0) if lo <= 0 <= hi else 0
     if lo == hi:  # constant: no spread
-        out[SHIFT] = lo
+        out[SHIFT], out[ZEROS] = lo, n if lo == 0 else 0
         return
-    whole = n - n % ROW
-    rows = y[:whole].reshape(-1, ROW)
-    with np.errstate(over="ignore", invalid="ignore"):
-        s = float((rows @ _ONES).sum(dtype=np.float64)) + float(y[whole:].sum(dtype=np.float64))
-        ss = float(_vecdot(rows, rows).sum(dtype=np.float64)) + \
-            float(np.dot(y[whole:].astype(np.float64), y[whole:]))
-    if not (np.isfinite(s) and np.isfinite(ss)):  # float32 overflow (|x| > 1.8e19)
-        _careful(y, np.zeros(1, np.intp), out[None])
+    if lo <= 0 <= hi:
+        out[ZEROS] = np.count_nonzero(np.equal(y, 0, out=work.flags[:n]))
+    s, ss = _sums(y, work.part)
+    if not (math.isfinite(s) and math.isfinite(ss)):  # float32 overflow (|x| > 1.8e19)
+        _careful(y, _FIRST, out[None])
         return
     if ss > 4 * (ss - s * s / n):  # mean large against the spread: sum about the mean
         c = np.float32(s / n)
-        d = np.subtract(y, c, out=scratch[:n])
         out[SHIFT] = c
-        s = float(d.sum(dtype=np.float64))
-        ss = float(np.dot(d.astype(np.float64), d))
+        s, ss = _sums(np.subtract(y, c, out=work.values[:n]), work.part)
     out[SUM_D], out[SUM_DD] = s, ss
 
 
-def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
-    """The partials of a chunk holding several segments (`starts`, relative to the chunk)."""
+def _sums(y: np.ndarray, part: np.ndarray) -> tuple[float, float]:
+    """`(sum y, sum y^2)`: BLAS products of rows of `ROW` elements (and the tail) in float32
+    into `part` (a `(2, CHUNK // ROW + 1)` scratch), added in float64 by one reduction."""
+    whole = y.size - y.size % ROW
+    r = whole // ROW
+    rows = y[:whole].reshape(r, ROW)
+    np.matmul(rows, _ONES, out=part[0, :r])
+    _vecdot(rows, rows, out=part[1, :r])
+    if whole < y.size:
+        tail = y[whole:]
+        part[0, r], part[1, r] = np.add.reduce(tail), np.dot(tail, tail)
+        r += 1
+    s, ss = np.add.reduce(part[:, :r], axis=1, dtype=np.float64).tolist()
+    return s, ss
+
+
+def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, work: _Scratch) -> None:
+    """The partials of a run of small segments (`starts`, relative to `y`)."""
     n = np.diff(np.append(starts, y.size))
     lo, hi = _min_max(y, starts)
     out[:, COUNT], out[:, MIN], out[:, MAX] = n, lo, hi
@@ -153,29 +207,35 @@ def _many(y: np.ndarray, starts: np.ndarray, out: np.ndarray, scratch: np.ndarra
     spread = lo != hi
     out[~spread, SHIFT] = lo[~spread]
     out[~spread, ZEROS] = np.where(lo[~spread] == 0, n[~spread], 0)  # constant segments
-    if (spread & (lo <= 0) & (hi >= 0)).any() and np.count_nonzero(y == 0):
-        zeros = np.bincount(np.searchsorted(starts, np.flatnonzero(y == 0), "right") - 1,
-                            minlength=len(starts))
+    if (spread & (lo <= 0) & (hi >= 0)).any() and _has_zero(y):
+        where = np.flatnonzero(np.equal(y, 0, out=work.flags[:y.size]))
+        zeros = np.bincount(np.searchsorted(starts, where, "right") - 1, minlength=len(starts))
         out[spread, ZEROS] = zeros[spread]
     if not spread.any():
         return
-    with np.errstate(over="ignore", invalid="ignore"):
-        s = np.add.reduceat(y, starts).astype(np.float64)
-        sq = np.multiply(y, y, out=scratch[:y.size])
-        ss = np.add.reduceat(sq, starts).astype(np.float64)
+    s = np.add.reduceat(y, starts).astype(np.float64)
+    sq = np.multiply(y, y, out=work.values[:y.size])
+    ss = np.add.reduceat(sq, starts).astype(np.float64)
     if not (np.isfinite(s).all() and np.isfinite(ss).all()):  # float32 overflow
         _careful(y, starts, out)
         return
-    with np.errstate(invalid="ignore", divide="ignore"):
-        far = spread & (ss > 4 * (ss - s * s / n))
+    far = spread & (ss > 4 * (ss - s * s / n))
     if far.any():  # these segments again, about their own mean
         c = np.where(far, s / n, 0).astype(np.float32)
-        d = np.subtract(y, np.repeat(c, n), out=scratch[:y.size])
+        d = np.subtract(y, np.repeat(c, n), out=work.values[:y.size])
         s = np.where(far, np.add.reduceat(d, starts), s)
         ss = np.where(far, np.add.reduceat(np.multiply(d, d, out=d), starts), ss)
         out[:, SHIFT] = np.where(far, c, out[:, SHIFT])
     out[spread, SUM_D] = s[spread]
     out[spread, SUM_DD] = ss[spread]
+
+
+def _has_zero(y: np.ndarray) -> bool:
+    """Whether float32 `y` holds a +0.0 or -0.0: the least of its bits as uint32 is 0, or as
+    int32 is INT32_MIN (-0.0 is 0x80000000). Two plain integer reductions that write nothing
+    (about the time of counting `y == 0`); the flags are written only where a zero is."""
+    return np.minimum.reduce(y.view(np.uint32)) == 0 or \
+        np.minimum.reduce(y.view(np.int32)) == _INT32_MIN
 
 
 def _min_max(y: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

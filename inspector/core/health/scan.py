@@ -228,7 +228,10 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         for k, col in cols.items():
             col[members] = figures[k]
         scanned[members] = True
-    table = LeafTable(paths, info["dtypes"], info["shapes"], info["sizes"], cols)
+    if "dtype_column" not in info:
+        info["dtype_column"] = np.fromiter(info["dtypes"], object, len(info["dtypes"]))
+    table = LeafTable(paths, info["dtypes"], info["shapes"], info["sizes"], cols,
+                      info["dtype_column"])
     if scanned.all():
         return table, []
     return table.select(np.flatnonzero(scanned)), [p for p, ok in zip(paths, scanned.tolist(),
