@@ -6,14 +6,19 @@ it with the standard `json` module is the floor (here it is parsed by `orjson` w
 `NaN`, goes the careful way, which uses `json`); everything else `load` does per tensor (a
 duplicate-key hook for every JSON object, a `TensorEntry`, per-field checks, a reader, a
 `LazyArray`, a walk to nest its dotted key) cost 3-5x that. Here the header is parsed in one
-call, and one loop makes each tensor's leaf and puts it in its parent dict (one lookup
-of its key's prefix); the checks the reference makes are done afterwards over columns:
+call, and one loop makes each tensor's leaf and puts it in its parent dict. Names come
+grouped by parent (a header lists a layer's tensors together), so the loop keeps the last
+parent and grandparent dicts and compares names with them (no table of every parent keyed
+by its long dotted prefix: hashing those cost more than the leaves); a new branch is walked
+from the root. The checks the reference makes are done afterwards over columns:
 
 - no repeated key anywhere: the parsed header holds exactly as many strings as the text has
   quote pairs (a repeated key, which `json` drops, leaves more quotes than strings);
-- shapes and offsets are lists of non-negative ints (`set(map(type, ...))` over all of them);
+- shapes and offsets are lists of non-negative ints (`set(map(type, ...))` over all of them,
+  bounds by NumPy);
 - each tensor's byte count matches its shape (in the loop: one product per tensor);
-- the tensors, ordered by offsets, tile the data section exactly (NumPy over two columns).
+- the tensors, ordered by offsets, tile the data section exactly (NumPy over two columns;
+  sorted only when the header does not list them in file order already).
 
 Anything else (an escaped quote, a field beyond the three, a packed F4/F6 tensor, a clash of
 keys, any check failing) returns None, and `load` takes the careful path of
