@@ -95,6 +95,7 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
     extend, add_begin, add_end = dims.extend, begins.append, ends.append
     last_parent = last_grand = None
     last_node = last_up = root
+    made: dict[str, dict] = {}  # dicts above the parents' level, by dotted path
     for name, spec in header.items():
         if len(spec) != 3:
             raise _Careful
@@ -136,7 +137,7 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
             elif grand == last_grand:
                 up = last_up
             else:
-                up = last_up = _dict_at(root, grand)
+                up = last_up = _dict_at(root, grand, made)
                 last_grand = grand
             node = up.get(last)
             if node is None:
@@ -150,16 +151,20 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
     return root, dims, begins, ends
 
 
-def _dict_at(root: dict, dotted: str) -> dict:
-    """The dict at the dotted path `dotted`, made (with its missing ancestors) if absent."""
-    node = root
-    for part in dotted.split("."):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        elif type(child) is not dict:
-            raise _Careful  # a tensor there, not a dict of keys
-        node = child
+def _dict_at(root: dict, dotted: str, made: dict) -> dict:
+    """The dict at the dotted path `dotted`, made (with its missing ancestors) if absent;
+    `made` keeps those found here by their path (a layer's experts share their parent)."""
+    node = made.get(dotted)
+    if node is not None:
+        return node
+    parent, dot, last = dotted.rpartition(".")
+    up = _dict_at(root, parent, made) if dot else root
+    node = up.get(last)
+    if node is None:
+        node = up[last] = {}
+    elif type(node) is not dict:
+        raise _Careful  # a tensor there, not a dict of keys
+    made[dotted] = node
     return node
 
 
