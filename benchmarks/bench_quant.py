@@ -128,8 +128,8 @@ def compare_groups(rev: str, n_leaves: int, rounds: int) -> None:
             start = time.process_time()
             fn(tree)
             times[name].append(time.process_time() - start)
-    print(f"quant_groups over {n_leaves:,} leaves, CPU time, medians of {rounds} alternated "
-          "calls (same groups from both): " + ", ".join(
+    print(f"quant_groups over {n_leaves:,} leaves, CPU time of first calls on fresh trees, "
+          f"medians of {rounds} alternated calls (same groups from both): " + ", ".join(
               f"{name} {statistics.median(t) * 1e3:.1f} ms (min {min(t) * 1e3:.1f})"
               for name, t in times.items()))
 
