@@ -1,12 +1,15 @@
 """`quant_groups` over a 100,000-leaf FP8 checkpoint structure, and FP8 dequantize against
 the memory-bandwidth reference (`bandwidth.py`), from one run.
 
-    PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--compare-table]
-                                                  [--compare-groups REV]
+    PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--only groups|dequantize]
+                                                  [--compare-table] [--compare-groups REV]
 
 1. quant_groups: a DeepSeek-V3-like tree of lazy leaves (no data: only shapes and dtypes are
    read), 7 linear layers per block, each an (256, 384) float8_e4m3fn weight and its (2, 3)
    float32 `weight_scale_inv`: 50,000 groups, 100,000 leaves. Target: median <= 50 ms.
+   Each timed call is the first on a tree built just before it (a new object: nothing of
+   an earlier call, on this tree or another, is kept and found again), interleaved with a
+   bare walk of the same tree.
 2. dequantize: an FP8 block-scaled tree of 1e8 parameters in memory (host arrays, 2048 x
    2048 weights with 16 x 16 scales), to bfloat16 with `inspector.run`; GB/s counts codes
    and scales read plus bf16 written, divided by the best copy of the same run.
@@ -15,12 +18,14 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
    gather from a 256-entry table) and the current one (`kernels.fp8_bits`), twice each.
 
 `--compare-groups REV` times `quant_groups` alternately with the `groups.py` of git revision
-REV (loaded beside the current one in this process) and the current one, CPU time, and
-checks that both give the same groups.
+REV (loaded beside the current one in this process) and the current one, CPU time, each
+call the first on a fresh tree (a cache an older revision keeps across calls is emptied
+before each of its calls), and checks that both give the same groups.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -67,18 +72,22 @@ def bare_walk(node) -> int:
 
 
 def bench_groups(n_leaves: int, repeats: int) -> None:
-    tree = fp8_structure(n_leaves)
+    quant_groups = inspector.quant_groups  # imported (with JAX) before any clock starts
     wall, cpu, floor, groups = [], [], [], []
     for _ in range(repeats):  # interleaved with the floor: the machine's load moves both
+        groups = []  # the last call's records freed before the next tree is built
+        tree = fp8_structure(n_leaves)  # fresh: the timed call is the first on it
         start, start_cpu = time.perf_counter(), time.process_time()
-        groups = inspector.quant_groups(tree)
+        groups = quant_groups(tree)
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
+        gc.collect()  # the young records' first collection is not the walk's
         start = time.perf_counter()
         bare_walk(tree)
         floor.append(time.perf_counter() - start)
     ms = lambda xs: statistics.median(xs) * 1e3  # noqa: E731
-    print(f"quant_groups over {n_leaves:,} leaves ({len(groups):,} groups): median "
+    print(f"quant_groups, first call on a fresh tree of {n_leaves:,} leaves "
+          f"({len(groups):,} groups): median "
           f"{ms(wall):.1f} ms wall (min {min(wall) * 1e3:.1f}, max {max(wall) * 1e3:.1f}, "
           f"n={repeats}), {ms(cpu):.1f} ms CPU; a bare walk of the same dicts {ms(floor):.1f} ms; "
           "target <= 50 ms")
@@ -106,17 +115,21 @@ def compare_groups(rev: str, n_leaves: int, rounds: int) -> None:
     both), and the same groups from both."""
     tree = fp8_structure(n_leaves)
     before, now = previous_groups(rev), inspector.quant_groups
+    kept = getattr(sys.modules["groups_previous"], "_FOUND", {})  # older revisions' cache
     fields = lambda g: (g.scheme, g.path, g.members, g.shape, g.dtype,  # noqa: E731
                         g.problems, g.layout, g.block, g.steps, g.names)
     assert [fields(g) for g in before(tree)] == [fields(g) for g in now(tree)]
     times: dict = {rev: [], "now": [], "bare walk": []}
-    for _ in range(rounds):
-        for name, fn in ((rev, before), ("now", now), ("bare walk", bare_walk)):
+    calls = [(rev, before), ("now", now), ("bare walk", bare_walk)]
+    for i in range(rounds):
+        for name, fn in calls if i % 2 else calls[::-1]:  # alternated: neither goes first
+            tree = fp8_structure(n_leaves)
+            kept.clear()
             start = time.process_time()
             fn(tree)
             times[name].append(time.process_time() - start)
-    print(f"quant_groups over {n_leaves:,} leaves, CPU time, medians of {rounds} alternated "
-          "calls (same groups from both): " + ", ".join(
+    print(f"quant_groups over {n_leaves:,} leaves, CPU time of first calls on fresh trees, "
+          f"medians of {rounds} alternated calls (same groups from both): " + ", ".join(
               f"{name} {statistics.median(t) * 1e3:.1f} ms (min {min(t) * 1e3:.1f})"
               for name, t in times.items()))
 
@@ -225,8 +238,11 @@ def main() -> None:
         compare_groups(sys.argv[sys.argv.index("--compare-groups") + 1],
                        10_000 if quick else 100_000, 5 if quick else 15)
         return
-    bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
-    bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only in (None, "groups"):
+        bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
+    if only in (None, "dequantize"):
+        bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
 
 
 if __name__ == "__main__":

@@ -6,14 +6,19 @@ it with the standard `json` module is the floor (here it is parsed by `orjson` w
 `NaN`, goes the careful way, which uses `json`); everything else `load` does per tensor (a
 duplicate-key hook for every JSON object, a `TensorEntry`, per-field checks, a reader, a
 `LazyArray`, a walk to nest its dotted key) cost 3-5x that. Here the header is parsed in one
-call, and one loop makes each tensor's leaf and puts it in its parent dict (one lookup
-of its key's prefix); the checks the reference makes are done afterwards over columns:
+call, and one loop makes each tensor's leaf and puts it in its parent dict. Names come
+grouped by parent (a header lists a layer's tensors together), so the loop keeps the last
+parent and grandparent dicts and compares names with them (no table of every parent keyed
+by its long dotted prefix: hashing those cost more than the leaves); a new branch is walked
+from the root. The checks the reference makes are done afterwards over columns:
 
 - no repeated key anywhere: the parsed header holds exactly as many strings as the text has
   quote pairs (a repeated key, which `json` drops, leaves more quotes than strings);
-- shapes and offsets are lists of non-negative ints (`set(map(type, ...))` over all of them);
+- shapes and offsets are lists of non-negative ints (`set(map(type, ...))` over all of them,
+  bounds by NumPy);
 - each tensor's byte count matches its shape (in the loop: one product per tensor);
-- the tensors, ordered by offsets, tile the data section exactly (NumPy over two columns).
+- the tensors, ordered by offsets, tile the data section exactly (NumPy over two columns;
+  sorted only when the header does not list them in file order already).
 
 Anything else (an escaped quote, a field beyond the three, a packed F4/F6 tensor, a clash of
 keys, any check failing) returns None, and `load` takes the careful path of
@@ -33,7 +38,6 @@ from inspector.core.lazy import LazyArray
 from inspector.io import subbyte
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.location import LocalFile
-from inspector.io.nesting import _container
 from inspector.io.regions import _Mapped
 from inspector.io.safetensors_header import DTYPE_NAMES
 
@@ -84,17 +88,20 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
     shapes: dict[tuple, tuple] = {}
     prefix = f"{path}:"
     root: dict = {}
-    containers: dict[str, dict] = {}
     dims: list = []
     begins: list = []
     ends: list = []
     new, lazy, prod = object.__new__, LazyArray, math.prod
     extend, add_begin, add_end = dims.extend, begins.append, ends.append
+    last_parent = last_grand = None
+    last_node = last_up = root
+    made: dict[str, dict] = {}  # dicts above the parents' level, by dotted path
     for name, spec in header.items():
         if len(spec) != 3:
             raise _Careful
-        shape = tuple(spec["shape"])
+        shape = spec["shape"]
         extend(shape)  # as written: (2.0,) == (2,), and the shared one may be the other
+        shape = tuple(shape)
         shape = shapes.setdefault(shape, shape)  # experts share shapes: fewer live objects
         begin, end = spec["data_offsets"]
         kind = kinds.get(spec["dtype"])
@@ -106,30 +113,59 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
             raise _Careful
         add_begin(begin)
         add_end(end)
-        offset = data_start + begin
         leaf = new(lazy)
         if in_place and nbytes:  # read by its region (`LazyArray._mapped`): no reader object
-            leaf.region, leaf._reader = (path, offset), None
+            leaf.region = (path, data_start + begin)
+            leaf._reader = None
         else:
-            leaf.region, leaf._reader = None, _Mapped(path, offset, stored, shape, "C")
-        leaf.shape, leaf.dtype, leaf.source, leaf._cache, leaf._value = (
-            shape, native, prefix + name, False, None)
-        leaf.sharding = leaf.quant = None
+            leaf.region = None
+            leaf._reader = _Mapped(path, data_start + begin, stored, shape, "C")
+        leaf.shape = shape
+        leaf.dtype = native
+        leaf.source = prefix + name
+        leaf._cache = False
+        leaf._value = leaf.sharding = leaf.quant = None
         parent, dot, key = name.rpartition(".")
-        node = containers.get(parent) if dot else root
-        if node is None:  # a new parent: most often its own parent is there already
+        if not dot:
+            node = root
+        elif parent == last_parent:  # most often the tensor before had the same parent
+            node = last_node
+        else:  # a new parent: most often a sibling of the last one
             grand, dot, last = parent.rpartition(".")
-            up = containers.get(grand) if dot else root
-            if up is not None and last not in up:
-                node = up[last] = containers[parent] = {}
+            if not dot:
+                up = root
+            elif grand == last_grand:
+                up = last_up
             else:
-                node = _container(root, containers, parent, ".")
-                if node is None:
-                    raise _Careful
+                up = last_up = _dict_at(root, grand, made)
+                last_grand = grand
+            node = up.get(last)
+            if node is None:
+                node = up[last] = {}
+            elif type(node) is not dict:
+                raise _Careful  # a tensor there, not a dict of keys
+            last_parent, last_node = parent, node
         if key in node:
             raise _Careful
         node[key] = leaf
     return root, dims, begins, ends
+
+
+def _dict_at(root: dict, dotted: str, made: dict) -> dict:
+    """The dict at the dotted path `dotted`, made (with its missing ancestors) if absent;
+    `made` keeps those found here by their path (a layer's experts share their parent)."""
+    node = made.get(dotted)
+    if node is not None:
+        return node
+    parent, dot, last = dotted.rpartition(".")
+    up = _dict_at(root, parent, made) if dot else root
+    node = up.get(last)
+    if node is None:
+        node = up[last] = {}
+    elif type(node) is not dict:
+        raise _Careful  # a tensor there, not a dict of keys
+    made[dotted] = node
+    return node
 
 
 def _kind(code: Any) -> tuple[np.dtype, np.dtype, int, bool]:
@@ -161,16 +197,19 @@ def _columns_ok(dims: list, begins: list, ends: list, data_size: int) -> bool:
     and the ranges ordered by offsets tiling the data section exactly."""
     if not begins:
         return data_size == 0
-    for column in (dims, begins, ends):
-        if column and (set(map(type, column)) != {int} or min(column) < 0):
+    if set(map(type, dims)) - {int} or (dims and min(dims) < 0):
+        return False
+    for column in (begins, ends):
+        if set(map(type, column)) != {int}:
             return False
-    if max(ends) >= 2**63:
+    try:
+        begin = np.array(begins, np.int64)
+        end = np.array(ends, np.int64)
+    except OverflowError:  # beyond 64 bits
         return False
-    begin = np.array(begins, np.int64)
-    end = np.array(ends, np.int64)
-    if (begin > end).any():
+    if begin.min() < 0 or (begin > end).any():
         return False
-    order = np.lexsort((end, begin))
-    begin, end = begin[order], end[order]
+    if not (begin[1:] == end[:-1]).all():  # not in file order: order them by offsets
+        order = np.lexsort((end, begin))
+        begin, end = begin[order], end[order]
     return bool(begin[0] == 0 and end[-1] == data_size and (begin[1:] == end[:-1]).all())
-

@@ -160,3 +160,20 @@ def test_a_flat_checkpoint_at_the_root_and_a_dict_of_arrays_and_dicts():
         assert [_fields(g) for g in inspector.quant_groups(tree)] == _reference(tree)
     problems = [p for g in inspector.quant_groups(flat) for p in g.problems]
     assert sum(p.startswith("split across shards") for p in problems) == 5
+
+
+def test_keys_that_are_equal_but_print_differently_and_leaves_beside_dicts():
+    # 1 and True are one dict key but two key paths (`[1]`, `[True]`); a dict's own groups
+    # come before those of the dicts inside it, wherever its leaves sort among its keys
+    rng = np.random.default_rng(5)
+    codes, block = P.fp8_codes(rng, (256, 384)), np.ones((2, 3), np.float32)
+    layer = lambda: {"weight": codes, "weight_scale_inv": block}  # noqa: E731
+    tree = {"a": {1: layer(), 2: layer()}, "b": {True: layer()}, "c": {"w": layer()},
+            "d": {"a_first": layer(), "weight": codes, "weight_scale": block,
+                  "z_last": [layer()], "bias": np.zeros(3, np.float32)}}
+    got = [_fields(g) for g in inspector.quant_groups(tree)]
+    assert got == _reference(tree)
+    assert [g[1] for g in got] == [
+        "['a'][1]['weight']", "['a'][2]['weight']", "['b'][True]['weight']",
+        "['c']['w']['weight']", "['d']['weight']", "['d']['a_first']['weight']",
+        "['d']['z_last'][0]['weight']"]

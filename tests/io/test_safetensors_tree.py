@@ -187,3 +187,45 @@ def test_either_parser_gives_the_same_tree_and_refuses_the_same_headers(tmp_path
         assert _fast(bad) is None
         with pytest.raises(LoadError):
             inspector.load(bad)
+
+
+@pytest.mark.parametrize("names", [
+    ["m.l.0.a.w", "m.l.1.a.w", "m.l.0.a.s", "m.l.0.b.w", "m.x", "m.l.1.a.s"],  # interleaved
+    ["a..b", ".w", "w", "a..c", ".v", "a.b.c.d.e"],  # empty parts of dotted names
+    ["z.y", "a.y", "z.x", "b", "a.x.q", "z.w.v.u"],  # parents out of order
+])
+def test_the_one_pass_nesting_gives_the_careful_tree_in_any_name_order(tmp_path, names):
+    header, offset = {}, 0
+    for name in names:
+        header[name] = {"dtype": "F32", "shape": [1], "data_offsets": [offset, offset + 4]}
+        offset += 4
+    data = np.arange(len(names), dtype="<f4").tobytes()
+    path = _write(tmp_path / "m.safetensors", header, data)
+    fast, careful = _fast(path), _careful(path)
+    assert fast is not None
+    as_lists = lambda t: {k: as_lists(v) if isinstance(v, dict)  # noqa: E731
+                          else np.asarray(v).tolist() for k, v in t.items()}
+    assert as_lists(fast) == as_lists(careful)
+    assert list(nesting.flatten(fast)) == list(nesting.flatten(careful))
+
+
+@pytest.mark.parametrize("names", [["a.b", "a.b.c"], ["a.b.c", "a.b"], ["x.a.b", "x.a.b.c.d"],
+                                   ["x.y.z", "x.q", "x.y"]])
+def test_a_tensor_where_a_dict_of_keys_is_goes_the_careful_way(tmp_path, names):
+    header = {n: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
+              for i, n in enumerate(names)}
+    path = _write(tmp_path / "m.safetensors", header, bytes(4 * len(names)))
+    assert _fast(path) is None
+    with pytest.raises(LoadError):
+        inspector.load(path)
+
+
+def test_ranges_listed_out_of_file_order_still_tile(tmp_path):
+    header = {"b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},
+              "e": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},
+              "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}
+    path = _write(tmp_path / "m.safetensors", header, np.arange(2, dtype="<f4").tobytes())
+    fast = _fast(path)
+    assert fast is not None
+    assert {k: np.asarray(v).tolist() for k, v in fast.items()} == {
+        "a": [0.0], "b": [1.0], "e": []}

@@ -41,8 +41,9 @@ class QuantGroup:
             or compared.
 
     A record costs a few hundred nanoseconds: what every dict of one leaf layout shares (the
-    scheme, shapes, layout, member names) is one `kinds.Kind`, and the key paths are joined
-    from the holding dict's path when read.
+    scheme, shapes, layout, member names) is one `kinds.Kind`, the key paths are joined
+    from the holding dict's path when read, and a group with no problems beyond its kind's
+    gets its own `problems` list when that is first read.
     """
 
     __slots__ = ("_kind", "_at", "_problems", "_parent", "_members")
@@ -56,8 +57,15 @@ class QuantGroup:
     usable = property(lambda self: self._kind.usable,
                       doc="Whether it can be dequantized: every member present, shapes "
                           "that tile.")
-    problems = property(lambda self: self._problems)
     parent = property(lambda self: self._parent)
+
+    @property
+    def problems(self) -> list:
+        try:
+            return self._problems
+        except AttributeError:  # none but its kind's: its own list, made when first read
+            self._problems = list(self._kind.problems)
+            return self._problems
 
     @property
     def path(self) -> str:
@@ -93,8 +101,8 @@ class QuantGroup:
     def text(self) -> str:
         """What `describe` shows beside the weight: the layout, where the scales are, and
         the problems (`fp8 e4m3 · 128x128 block scales in ['…weight_scale_inv']`)."""
-        text = self._kind.text
-        return "; ".join([text, *self._problems]) if self._problems else text
+        text, problems = self._kind.text, self.problems
+        return "; ".join([text, *problems]) if problems else text
 
     def _fields(self) -> tuple:
         return (self.scheme, self.path, self.members, self.shape, self.dtype, self.problems,
@@ -132,7 +140,7 @@ def quant_groups(tree) -> list[QuantGroup]:
     collecting = gc.isenabled()
     gc.disable()  # tens of thousands of small acyclic records: no cycles to collect (2-3x)
     try:
-        _walk(structure_of(tree), "", (), out, 0)
+        _walk(structure_of(tree), "", (), out, 0, {}, {})
     except nodes.DepthExceeded:
         raise nodes.too_deep(tree) from None
     finally:
@@ -141,31 +149,28 @@ def quant_groups(tree) -> list[QuantGroup]:
     return out
 
 
-_FOUND: dict = {}  # a dict's leaf signature -> its groups (`Kind`s, relative to the dict)
-_FOUND_LIMIT = 4096
 _NEW = object.__new__
 _MAX_DEPTH = nodes.MAX_DEPTH
-_LEAVES = frozenset({np.ndarray, LazyArray})
-_DICTS = frozenset({dict})
 _UNSORTABLE = object()  # ends the signature of a dict whose keys do not all sort
 
 
-def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
-    # Hot: a 100,000-leaf checkpoint is searched in one pass. Most dicts hold only arrays
-    # (done inline by their parent) or only dicts. A dict of arrays costs one pass over its
-    # leaves (its signature: keys, shapes, dtypes; whether its lazy leaves share the file of
-    # the last group checked) and one look-up: the groups of each leaf layout are found once
-    # (`kinds.analyse`), so the 50,000 layers of one model are analysed once per distinct
-    # layout, and each group is a four-slot record. Only the keys of dicts of dicts are
-    # sorted (JAX's order). One frame per level: the depth guard must trip before Python's
-    # recursion limit.
+def _walk(node, path: str, keys: tuple, out: list, depth: int, found: dict,
+          frags: dict) -> None:
+    # Hot: a 100,000-leaf checkpoint is searched in one pass, as cheaply as a bare walk of
+    # its dicts allows. `found` maps a dict's leaf signature (keys, shapes, dtypes) to its
+    # groups (`kinds.Kind`s, found once per leaf layout per call); `frags` a key to its
+    # `['key']` fragment. Most dicts of a checkpoint hold arrays only: those are done by
+    # their parent's loop (no frame), the common two-leaf one (`weight` + its scale, or
+    # `weight` + `bias`) unrolled; their sources are read only when they hold a group. A
+    # dict's own leaves are searched after its children, their groups put before the
+    # children's (the order: a dict's own groups, then those of the dicts inside it). Keys
+    # are kept as a linked pair (parent keys, key), flattened only where a group needs
+    # them. One frame per level: the depth guard trips before Python's recursion limit.
     if depth > _MAX_DEPTH:
         raise nodes.DepthExceeded
     if type(node) is not dict:
         listed = _mapping_items(node) if isinstance(node, Mapping) else None
-        if listed is not None:
-            node = dict(listed)
-        else:  # a list, tuple, custom node or leaf: its children by keystr
+        if listed is None:  # a list, tuple, custom node or leaf: its children by keystr
             t = type(node)
             if t is np.ndarray or t is LazyArray:
                 return
@@ -174,83 +179,94 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int) -> None:
                 return
             for key, child in kids:
                 if type(child) is not np.ndarray and type(child) is not LazyArray:
-                    _walk(child, path + key, (keys, (key,)), out, depth + 1)
+                    _walk(child, path + key, (keys, (key,)), out, depth + 1, found, frags)
             return
-    types = set(map(type, node.values()))
-    if types <= _LEAVES:  # a dict of arrays (a checkpoint with flat dotted names)
-        if types:
-            _emit(node, _signature(node), node, path, keys, out)
-        return
-    if types == _DICTS:
-        inner = list(node)
-        if len(inner) > 1:
-            try:
-                inner.sort()
-            except TypeError:  # keys of mixed types: JAX keeps insertion order
-                pass
-    else:
-        inner = _mixed(node, path, keys, out)
-    found_get, new, group = _FOUND.get, _NEW, QuantGroup
+        node = dict(listed)
+    try:
+        inner, sortable = sorted(node), True
+    except TypeError:  # keys of mixed types: JAX keeps insertion order
+        inner, sortable = list(node), False
     lazy, ndarray = LazyArray, np.ndarray
+    mark = len(out)
+    leafy = False
     prefix = _LAST_FILE[0]
     for k in inner:
         child = node[k]
-        if type(child) is dict and child:
-            # Most dicts of a checkpoint hold arrays only: done here, one frame fewer, their
-            # signature built and their sources checked in one pass over the leaves.
-            sig = [*child]
-            whole = True  # every lazy leaf from the file of the last group checked
-            for v in child.values():
-                t = type(v)
-                if t is lazy:
-                    if whole and not (prefix and v.source.startswith(prefix)):
-                        whole = False
-                elif t is not ndarray:
-                    break  # not arrays only: walked below as any dict
-                sig += (v.shape, v.dtype.type)
-            else:
-                sig = tuple(sig)
-                found = found_get(sig)
-                if found is None:
-                    found = _analysed(sig, child, child)
-                if found:
-                    at, link = f"{path}[{k!r}]", (keys, k)
-                    if whole:
-                        for kind in found:
-                            g = new(group)
-                            g._kind, g._at, g._parent = kind, at, link
-                            g._problems = list(kind.problems) if kind.problems else []
-                            out.append(g)
-                    else:
-                        _records(found, child, at, link, out)
+        t = type(child)
+        if t is dict:
+            if len(child) == 2:
+                (ka, a), (kb, b) = child.items()
+                ta, tb = type(a), type(b)
+                if (ta is lazy or ta is ndarray) and (tb is lazy or tb is ndarray):
+                    kinds_ = found.get((ka, kb, a.shape, a.dtype, b.shape, b.dtype))
+                    if kinds_ is None:
+                        kinds_ = found[ka, kb, a.shape, a.dtype, b.shape, b.dtype] = \
+                            _analysed(child, child)
+                    if kinds_:
+                        at = path + (frags.get(k) or _frag(frags, k))
+                        if ((ta is ndarray or (prefix and a.source.startswith(prefix))) and
+                                (tb is ndarray or (prefix and b.source.startswith(prefix)))):
+                            link = (keys, k)
+                            for kind in kinds_:
+                                g = _NEW(QuantGroup)
+                                g._kind, g._at, g._parent = kind, at, link
+                                out.append(g)
+                        else:
+                            _records(kinds_, child, at, (keys, k), out)
+                            prefix = _LAST_FILE[0]
+                    continue
+            elif child:
+                sig = [*child]
+                for v in child.values():
+                    tv = type(v)
+                    if tv is not lazy and tv is not ndarray:
+                        break  # not arrays only: walked below as any dict
+                    sig += (v.shape, v.dtype)
+                else:
+                    sig = tuple(sig)
+                    kinds_ = found.get(sig)
+                    if kinds_ is None:
+                        kinds_ = found[sig] = _analysed(child, child)
+                    if kinds_:
+                        _records(kinds_, None if _one_file(child.values()) else child,
+                                 path + (frags.get(k) or _frag(frags, k)), (keys, k), out)
                         prefix = _LAST_FILE[0]
+                    continue
+            else:
                 continue
-        # keys as a linked pair (parent keys, key): flattened only where a group needs them
-        _walk(child, f"{path}[{k!r}]", (keys, k), out, depth + 1)
+        elif t is lazy or t is ndarray or (hasattr(child, "dtype") and hasattr(child, "shape")):
+            leafy = True
+            continue
+        _walk(child, f"{path}[{k!r}]", (keys, k), out, depth + 1, found, frags)
+    if leafy:  # the dict's own array leaves (a checkpoint with flat dotted names)
+        _own_leaves(node, inner, sortable, path, keys, out, mark, found)
 
 
-def _mixed(node: dict, path: str, keys: tuple, out: list) -> list:
-    """A dict of leaves and other nodes: its leaves' groups emitted; gives its other keys,
-    in JAX's order."""
-    leaves, others = {}, set()
-    for k, v in node.items():
-        t = type(v)
-        if t is LazyArray or t is np.ndarray or (
-                t is not dict and hasattr(v, "dtype") and hasattr(v, "shape")):
-            if type(k) is str:
-                leaves[k] = v
-        else:
-            others.add(k)
-    try:
-        order = sorted(node)
-        sig_end = ()
-    except TypeError:  # keys of mixed types: JAX keeps insertion order
-        order = list(node)
-        sig_end = (_UNSORTABLE,)
-    if leaves:
-        sig = _signature(leaves) + sig_end
-        _emit(leaves, sig, node, path, keys, out)
-    return [k for k in order if k in others]
+def _frag(frags: dict, key) -> str:
+    """`['key']`, kept for str keys (`1` and `True` are one dict key but two fragments)."""
+    frag = f"[{key!r}]"
+    if type(key) is str:
+        frags[key] = frag
+    return frag
+
+
+def _own_leaves(node: dict, order: list, sortable: bool, path: str, keys: tuple, out: list,
+                mark: int, found: dict) -> None:
+    """The groups among a dict's own array leaves (`order`: its keys in JAX's order), put at
+    `out[mark]`, before those of the dicts inside it."""
+    leaves = {k: v for k, v in node.items() if type(k) is str and type(v) is not dict and (
+        type(v) is LazyArray or type(v) is np.ndarray or (
+            hasattr(v, "dtype") and hasattr(v, "shape")))}
+    if not leaves:
+        return
+    sig = _signature(leaves) + (() if sortable else (_UNSORTABLE,))
+    kinds_ = found.get(sig)
+    if kinds_ is None:
+        kinds_ = found[sig] = kinds.analyse(leaves, [k for k in order if k in leaves])
+    if kinds_:
+        records: list = []
+        _records(kinds_, None if _one_file(leaves.values()) else leaves, path, keys, records)
+        out[mark:mark] = records
 
 
 def _signature(leaves: dict) -> tuple:
@@ -268,22 +284,9 @@ def _mapping_items(node):
         return None
 
 
-def _emit(leaves: dict, sig: tuple, node: dict, path: str, keys: tuple, out: list) -> None:
-    """The groups among `leaves` (a dict's array leaves, `sig` their signature) given the
-    dict's key path."""
-    found = _FOUND.get(sig)
-    if found is None:
-        found = _analysed(sig, leaves, node)
-    if found:
-        _records(found, None if _one_file(leaves.values()) else leaves, path, keys, out)
-
-
-def _analysed(sig: tuple, leaves: dict, node: dict) -> tuple:
-    """The groups (`Kind`s) of a leaf signature, found once and kept."""
-    if len(_FOUND) >= _FOUND_LIMIT:
-        _FOUND.clear()
-    found = _FOUND[sig] = kinds.analyse(leaves, _order(node, leaves))
-    return found
+def _analysed(leaves: dict, node: dict) -> tuple:
+    """The groups (`Kind`s) among a dict's array leaves."""
+    return kinds.analyse(leaves, _order(node, leaves))
 
 
 def _one_file(leaves) -> bool:
