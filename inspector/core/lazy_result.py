@@ -210,5 +210,6 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed:
         counter.finished(i, read, time.perf_counter() - start - read)
         return out
 
+    read.call_index = i  # which call gives this leaf (`chunked_stream.chunk_pieces`)
     return read
 
