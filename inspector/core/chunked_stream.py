@@ -188,7 +188,8 @@ class _Input:
             path, at, _ = pieces[0]
             mapped = self.maps.get(path)
             begin = at - at % _ALIGN
-            if mapped is not None and begin + (self.size + self.pad) * item <= mapped[1].size:
+            if mapped is not None and (at - begin) % item == 0 \
+                    and begin + (self.size + self.pad) * item <= mapped[1].size:
                 view = mapped[1][begin: begin + (self.size + self.pad) * item]
                 return view.view(self.dtype), (at - begin) // item
         if self.gather is None:
