@@ -90,7 +90,7 @@ def merge(method: str, trees, *, base=None, weights=None, device=None,
     plan = _merge.plan_merge(method, [unpacked(t) for t in trees],
                              base=None if base is None else unpacked(base), weights=weights,
                              device=device, stream=True, **params)
-    return write_streamed(lazy_result(plan, progress), out)
+    return write_streamed(lazy_result(plan, progress, ahead=True), out)
 
 
 register(merge, _merge.MERGE)
