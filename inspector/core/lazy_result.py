@@ -196,7 +196,8 @@ class _Counter:
             self.compute += compute
             report = StreamProgress(self.done, len(self.sizes), self.nbytes, sum(self.sizes),
                                     time.perf_counter() - self.start, self.read, self.compute)
-        self.progress(report)
+            # in the lock: with `ahead`, two threads finish leaves; reports stay in order
+            self.progress(report)
 
 
 def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed: _Shared,

@@ -138,3 +138,22 @@ def test_blocked_passes_find_the_kth_largest_exactly(size):
     t = np.array(want, np.int32)
     counts = np.asarray(kernels.count_at_least(jnp.asarray(bits), jnp.asarray(t)))
     assert counts.tolist() == [int((bits[r] >= t[r]).sum()) for r in range(2)]
+
+
+def test_merge_out_computing_one_leaf_ahead_keeps_values_and_report_order(tmp_path):
+    rng = np.random.default_rng(4)
+    trees = [{f"w{i}": rng.standard_normal((40, 50)).astype(np.float32) for i in range(12)}
+             for _ in range(3)]
+    paths = []
+    for n, tree in enumerate(trees):
+        paths.append(tmp_path / f"{n}.safetensors")
+        save_file(tree, str(paths[-1]))
+    base, a, b = (inspector.load(p) for p in paths)
+    seen = []
+    out = inspector.merge("ties", [a, b], base=base, density=0.5, out=tmp_path / "m.safetensors",
+                          progress=seen.append)
+    memory = inspector.merge("ties", trees[1:], base=trees[0], density=0.5)
+    for k in trees[0]:
+        np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(memory[k]))
+    assert [p.done for p in seen] == list(range(1, 13))
+    assert [p.nbytes for p in seen] == sorted(p.nbytes for p in seen)
