@@ -3,10 +3,13 @@ plain NumPy program doing the same bytes, medians (min-max) over `--rounds`.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_io.py [--hidden 512 --layers 16]
         [--rounds 3] [--cold] [--only run,pack,out,ties,structure] [--dir /tmp/bench_io]
+        [--profile]
 
-The checkpoints are GPT-2-medium-like float32 safetensors (`--hidden 1024 --layers 24` is the
+The checkpoints are GPT-2-medium-like float32 safetensors (`--hidden 1024 --layers 20` is the
 issue's 1.22 GB, 244 tensors; the default `--hidden 512 --layers 16` is about 300 MB each, for a
-busy machine). Jobs (ours | its floor):
+busy machine). `--profile` adds, per job, the medians of its user and system seconds, minor
+page faults (`getrusage`) and its phases: the floors time their reads, arithmetic and writes;
+ours report the stream's read wait and kernel seconds (`StreamProgress`). Jobs (ours | floor):
 
 - run:   `inspector.run(weighted_sum, [a, b], [0.5, 0.5], repeats=1, warmup=0)` on two lazy
          trees: read + place + compile + first execution | NumPy memory-maps both files and
