@@ -133,24 +133,40 @@ def _segments(elements: list[Elementwise]) -> Iterator[list[Elementwise]]:
 
 
 class _Maps:
-    """Each input file mapped once, read-only, for the stream."""
+    """Each input file mapped once, read-only, for the stream (its descriptor kept open, to
+    check the file's size before each use of the map)."""
 
     def __init__(self):
-        self._maps: dict[str, tuple[mmap.mmap, np.ndarray]] = {}
+        self._maps: dict[str, tuple[mmap.mmap, np.ndarray, int] | None] = {}
 
-    def get(self, path: str) -> tuple[mmap.mmap, np.ndarray] | None:
+    def get(self, path: str) -> tuple[mmap.mmap, np.ndarray, int] | None:
         if path not in self._maps:
             try:
-                with open(path, "rb") as f:
-                    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                self._maps[path] = None  # gathered with preadv, which says what went wrong
+                return None
+            try:
+                m = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError):  # empty, or not mappable: gathered with preadv
+                os.close(fd)
                 self._maps[path] = None
             else:
-                self._maps[path] = (m, np.frombuffer(m, np.uint8))
+                self._maps[path] = (m, np.frombuffer(m, np.uint8), fd)
         return self._maps[path]
 
+    def check(self, path: str, end: int) -> None:
+        """Raises unless the file still holds `end` bytes: a map read past a file that shrank
+        meanwhile would kill the process (SIGBUS) instead of raising."""
+        if os.fstat(self._maps[path][2]).st_size < end:
+            raise OSError(f"{path}: the file is shorter than when it was opened; it changed "
+                          "after it was opened: load it again.")
+
     def close(self) -> None:
-        self._maps.clear()  # closed as the last view (maybe JAX's alias) goes
+        for mapped in self._maps.values():
+            if mapped is not None:
+                os.close(mapped[2])
+        self._maps.clear()  # each map is closed as its last view (maybe JAX's alias) goes
 
 
 class _Input:
@@ -190,6 +206,7 @@ class _Input:
             begin = at - at % _ALIGN
             if mapped is not None and (at - begin) % item == 0 \
                     and begin + (self.size + self.pad) * item <= mapped[1].size:
+                self.maps.check(path, begin + (self.size + self.pad) * item)
                 view = mapped[1][begin: begin + (self.size + self.pad) * item]
                 return view.view(self.dtype), (at - begin) // item
         if self.gather is None:

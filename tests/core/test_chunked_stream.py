@@ -157,3 +157,24 @@ def test_merge_out_computing_one_leaf_ahead_keeps_values_and_report_order(tmp_pa
         np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(memory[k]))
     assert [p.done for p in seen] == list(range(1, 13))
     assert [p.nbytes for p in seen] == sorted(p.nbytes for p in seen)
+
+
+def test_a_file_that_shrinks_during_the_stream_raises_instead_of_crashing(tmp_path, monkeypatch):
+    rng = np.random.default_rng(5)
+    tree = {f"w{i}": rng.standard_normal((256, 64)).astype(np.float32) for i in range(8)}
+    path = tmp_path / "a.safetensors"
+    save_file(tree, str(path))
+    a = inspector.load(path)
+    monkeypatch.setattr(chunked_stream, "CHUNK_BYTES", 16384)
+    calls = []
+
+    def shrink(p):  # after the first chunk, with the file already mapped
+        calls.append(p)
+        if len(calls) == 1:
+            with open(path, "r+b") as f:
+                f.truncate(os.path.getsize(path) // 2)
+
+    with pytest.raises(OSError, match="changed after it was opened"):
+        inspector.weighted_sum([a, a], [0.5, 0.5], out=tmp_path / "m.safetensors",
+                               progress=shrink)
+    assert sorted(os.listdir(tmp_path)) == ["a.safetensors"]
