@@ -3,10 +3,13 @@ plain NumPy program doing the same bytes, medians (min-max) over `--rounds`.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_io.py [--hidden 512 --layers 16]
         [--rounds 3] [--cold] [--only run,pack,out,ties,structure] [--dir /tmp/bench_io]
+        [--profile]
 
-The checkpoints are GPT-2-medium-like float32 safetensors (`--hidden 1024 --layers 24` is the
+The checkpoints are GPT-2-medium-like float32 safetensors (`--hidden 1024 --layers 20` is the
 issue's 1.22 GB, 244 tensors; the default `--hidden 512 --layers 16` is about 300 MB each, for a
-busy machine). Jobs (ours | its floor):
+busy machine). `--profile` adds, per job, the medians of its user and system seconds, minor
+page faults (`getrusage`) and its phases: the floors time their reads, arithmetic and writes;
+ours report the stream's read wait and kernel seconds (`StreamProgress`). Jobs (ours | floor):
 
 - run:   `inspector.run(weighted_sum, [a, b], [0.5, 0.5], repeats=1, warmup=0)` on two lazy
          trees: read + place + compile + first execution | NumPy memory-maps both files and
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -109,6 +113,40 @@ def evict(*paths: str) -> None:
 
 # --- the jobs (run in a child process; each returns seconds) ----------------------------------
 
+PHASES: dict[str, float] = {}
+"""Seconds a job spent in its phases (`--profile`): the floors time their writes and the
+rest; ours report the stream's read wait and kernel time (`StreamProgress`)."""
+
+
+def usage(before, seconds: float) -> dict:
+    """What the job cost between `before` (a `getrusage`) and now, with its phases."""
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {"wall": round(seconds, 3), "user": round(after.ru_utime - before.ru_utime, 3),
+            "sys": round(after.ru_stime - before.ru_stime, 3),
+            "minflt": after.ru_minflt - before.ru_minflt,
+            "majflt": after.ru_majflt - before.ru_majflt,
+            "ctxsw": (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw),
+            **{k: round(v, 3) for k, v in PHASES.items()}}
+
+
+class _Timed:
+    """Adds the seconds spent inside the `with` to `PHASES[name]`."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        PHASES[self.name] = PHASES.get(self.name, 0.0) + time.perf_counter() - self.start
+
+
+def _phases(report) -> None:
+    """A `progress=` callback keeping the stream's own read and kernel seconds."""
+    PHASES["read_wait"] = report.read_seconds
+    PHASES["kernel"] = report.compute_seconds
+
 def floor_run(a: str, b: str) -> float:
     start = time.perf_counter()
     (off, n) = data_section(a)
@@ -178,10 +216,12 @@ def floor_out(a: str, b: str, out: str) -> float:
         f.write(head)
         for s in range(0, n // 4, CHUNK // 4):
             e = min(s + CHUNK // 4, n // 4)
-            np.multiply(xa[s:e], 0.5, out=buf[: e - s])
-            np.multiply(xb[s:e], 0.5, out=tmp[: e - s])
-            buf[: e - s] += tmp[: e - s]
-            f.write(memoryview(buf[: e - s]))
+            with _Timed("compute"):  # reading the maps (faults) is in here too
+                np.multiply(xa[s:e], 0.5, out=buf[: e - s])
+                np.multiply(xb[s:e], 0.5, out=tmp[: e - s])
+                buf[: e - s] += tmp[: e - s]
+            with _Timed("write"):
+                f.write(memoryview(buf[: e - s]))
     return time.perf_counter() - start
 
 
@@ -189,7 +229,8 @@ def ours_out(a: str, b: str, out: str) -> float:
     inspector = _imported()
 
     start = time.perf_counter()
-    inspector.weighted_sum([inspector.load(a), inspector.load(b)], [0.5, 0.5], out=out)
+    inspector.weighted_sum([inspector.load(a), inspector.load(b)], [0.5, 0.5], out=out,
+                           progress=_phases)
     seconds = time.perf_counter() - start
     from inspector.core.kernel_cache import kernel_counts
 
@@ -210,8 +251,11 @@ def floor_ties(base: str, b: str, c: str, out: str, density: float = 0.5) -> flo
         for name in json.loads(head[8:]):
             if name == "__metadata__":
                 continue
-            x0 = fb.get_tensor(name).reshape(-1)
-            ds = [f1.get_tensor(name).reshape(-1) - x0, f2.get_tensor(name).reshape(-1) - x0]
+            with _Timed("read"):
+                x0 = fb.get_tensor(name).reshape(-1)
+                x1, x2 = f1.get_tensor(name).reshape(-1), f2.get_tensor(name).reshape(-1)
+            start_compute = time.perf_counter()
+            ds = [x1 - x0, x2 - x0]
             k = int(density * x0.size)
             for d in ds:
                 if k < d.size:
@@ -221,7 +265,10 @@ def floor_ties(base: str, b: str, c: str, out: str, density: float = 0.5) -> flo
             keep = [np.sign(d) == s for d in ds]
             den = keep[0].astype(np.float32) + keep[1]
             num = ds[0] * keep[0] + ds[1] * keep[1]
-            f.write(memoryview(x0 + np.divide(num, den, out=np.zeros_like(num), where=den > 0)))
+            merged = x0 + np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+            PHASES["compute"] = PHASES.get("compute", 0.0) + time.perf_counter() - start_compute
+            with _Timed("write"):
+                f.write(memoryview(merged))
     return time.perf_counter() - start
 
 
@@ -230,7 +277,7 @@ def ours_ties(base: str, b: str, c: str, out: str) -> float:
 
     start = time.perf_counter()
     inspector.merge("ties", [inspector.load(b), inspector.load(c)], base=inspector.load(base),
-                    density=0.5, out=out)
+                    density=0.5, out=out, progress=_phases)
     return time.perf_counter() - start
 
 
@@ -264,14 +311,26 @@ JOBS = {f.__name__: f for f in (floor_run, ours_run, floor_read, ours_pack, floo
                                 ours_describe)}
 
 
-def child(name: str, args: list[str], cold: list[str] | None = None) -> tuple[float, str]:
+def child(name: str, args: list[str], cold: list[str] | None = None,
+          profile: bool = False) -> tuple[float, str, dict]:
     if cold:
         evict(*cold)
-    done = subprocess.run([sys.executable, __file__, "--child", name, *args],
+    done = subprocess.run([sys.executable, __file__, "--child", name, *args]
+                          + (["--profile"] if profile else []),
                           capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
-    return float(done.stdout.strip().splitlines()[-1]), done.stderr.strip()[-300:]
+    lines = done.stderr.strip().splitlines()
+    found = [json.loads(x[8:]) for x in lines if x.startswith("profile ")]
+    rest = "\n".join(x for x in lines if not x.startswith("profile "))
+    return float(done.stdout.strip().splitlines()[-1]), rest[-300:], (found or [{}])[-1]
+
+
+def profile_line(name: str, runs: list[dict]) -> str:
+    """The medians of a job's `--profile` figures over its rounds."""
+    keys = [k for k in runs[0] if all(k in r for r in runs)]
+    return f"|  profile {name}: " + ", ".join(
+        f"{k} {statistics.median(r[k] for r in runs):g}" for k in keys) + " | | | | |"
 
 
 def line(label: str, ours: list[float], floor: list[float], target: str) -> str:
@@ -291,10 +350,19 @@ def main() -> None:
     p.add_argument("--cold", action="store_true")
     p.add_argument("--only", default="run,pack,out,ties,structure")
     p.add_argument("--dir", default="/tmp/bench_io")
+    p.add_argument("--profile", action="store_true",
+                   help="also print each job's user/system seconds, page faults and phases")
     p.add_argument("--mergekit", help="mergekit-yaml of a side environment (the mergekit job)")
     args = p.parse_args()
     if args.child:
-        print(JOBS[args.child[0]](*args.child[1:]))
+        name = args.child[0]
+        if args.profile:
+            _imported() if name.startswith("ours") else __import__("safetensors.numpy")
+            before = resource.getrusage(resource.RUSAGE_SELF)
+        seconds = JOBS[name](*args.child[1:])
+        if args.profile:
+            print("profile " + json.dumps(usage(before, seconds)), file=sys.stderr)
+        print(seconds)
         return
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -352,15 +420,20 @@ def main() -> None:
             for f in set(oargs) - {out}:
                 floor_read(f)
         times = {"ours": [], "floor": []}
+        profiles = {"ours": [], "floor": []}
         notes = []
         for r in range(args.rounds):
             order = [("floor", floor, fargs), ("ours", ours, oargs)]
             for who, name, xs in order if r % 2 == 0 else order[::-1]:
-                seconds, err = child(name, xs, cold)
+                seconds, err, used = child(name, xs, cold, args.profile)
                 times[who].append(seconds)
+                profiles[who].append(used)
                 if err and who == "ours":
                     notes.append(err)
         print(line(label, times["ours"], times["floor"], target), flush=True)
+        if args.profile:
+            print(profile_line(ours, profiles["ours"]))
+            print(profile_line(floor, profiles["floor"]))
         if notes and ours == "ours_run":
             print(f"|  (phases of ours, last round: {notes[-1]}) | | | | |")
 

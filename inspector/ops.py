@@ -15,6 +15,7 @@ import os
 
 from inspector.core import merge as _merge
 from inspector.core import weighted_sum as _ws
+from inspector.core.chunked_stream import chunk_pieces
 from inspector.core.index.indexing import index
 from inspector.core.lazy_result import lazy_result
 from inspector.core.op import register
@@ -57,7 +58,8 @@ def weighted_sum(trees, weights, device=None, out: str | os.PathLike | None = No
     # Packed inputs stream too: their leaves are views into the buffers.
     trees = [unpacked(t) for t in trees]
     plan = _ws.plan_weighted_sum(trees, weights, device, stream=True)
-    return write_streamed(lazy_result(plan, progress), out)
+    return write_streamed(lazy_result(plan, progress), out,
+                          pieces=chunk_pieces(plan, progress))
 
 
 register(weighted_sum, _ws.WEIGHTED_SUM)
@@ -88,7 +90,7 @@ def merge(method: str, trees, *, base=None, weights=None, device=None,
     plan = _merge.plan_merge(method, [unpacked(t) for t in trees],
                              base=None if base is None else unpacked(base), weights=weights,
                              device=device, stream=True, **params)
-    return write_streamed(lazy_result(plan, progress), out)
+    return write_streamed(lazy_result(plan, progress, ahead=True), out)
 
 
 register(merge, _merge.MERGE)

@@ -14,6 +14,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import jax
@@ -48,12 +49,15 @@ class StreamProgress:
         return self.nbytes / self.seconds if self.seconds > 0 else 0.0
 
 
-def lazy_result(plan: Plan, progress: Callable[[StreamProgress], None] | None = None):
+def lazy_result(plan: Plan, progress: Callable[[StreamProgress], None] | None = None,
+                ahead: bool = False):
     """Returns the plan's result as a tree of `LazyArray`s, each computed when it is read.
 
     Kernels are compiled now (so shapes, dtypes and compile errors are known at once); no
     input data is read until a leaf is. `progress`, if given, is called after each leaf is
-    computed (in the reading thread) with a `StreamProgress`.
+    computed (in the reading thread) with a `StreamProgress`. With `ahead`, reading leaf `i`
+    starts computing leaf `i + 1` in a worker thread (for a writer that reads every leaf in
+    order: the next kernel runs on the other core meanwhile; at most one leaf ahead).
 
     Raises:
         InspectorError: some call of the plan gives more than one array (it cannot stream).
@@ -78,15 +82,53 @@ def lazy_result(plan: Plan, progress: Callable[[StreamProgress], None] | None = 
     skeleton = plan.assemble(placeholders)
     leaves, treedef = jax.tree_util.tree_flatten_with_path(skeleton)
     out = []
+    computing = _Ahead() if ahead else None
     for path, leaf in leaves:
         if isinstance(leaf, _Marker):
             info = infos[leaf.i]
             name = f"{plan.op}{jax.tree_util.keystr(path)}"
             read = _reader(plan, leaf.i, counter, inputs, placed, slots)
+            if computing is not None:
+                read = computing.wrap(leaf.i, read)
             out.append(LazyArray(info.shape, info.dtype, read, source=name))
         else:
             out.append(leaf)  # an input leaf the op leaves as it is (index with ':')
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+_AHEAD: dict[str, ThreadPoolExecutor] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+class _Ahead:
+    """Computes the leaf after the one being read in a worker thread (`lazy_result(ahead=)`):
+    the ties merge's kernels are single-threaded, so the next leaf's runs on the other core
+    while this one is written (and the writer's copy overlaps both)."""
+
+    def __init__(self):
+        self.readers: dict[int, Callable[[], np.ndarray]] = {}
+        self.pending: dict[int, Future] = {}
+        self.lock = threading.Lock()
+
+    def wrap(self, i: int, read: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
+        self.readers[i] = read
+
+        def get() -> np.ndarray:
+            with self.lock:
+                future = self.pending.pop(i, None)
+                if not self.pending and i + 1 in self.readers:  # one leaf ahead at most
+                    self.pending[i + 1] = _worker().submit(self.readers[i + 1])
+            return read() if future is None else future.result()
+
+        get.call_index = i
+        return get
+
+
+def _worker() -> ThreadPoolExecutor:
+    with _AHEAD_LOCK:
+        if "pool" not in _AHEAD:
+            _AHEAD["pool"] = ThreadPoolExecutor(1, "inspector-compute-ahead")
+        return _AHEAD["pool"]
 
 
 class _Marker:
@@ -154,7 +196,8 @@ class _Counter:
             self.compute += compute
             report = StreamProgress(self.done, len(self.sizes), self.nbytes, sum(self.sizes),
                                     time.perf_counter() - self.start, self.read, self.compute)
-        self.progress(report)
+            # in the lock: with `ahead`, two threads finish leaves; reports stay in order
+            self.progress(report)
 
 
 def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed: _Shared,
@@ -210,5 +253,6 @@ def _reader(plan: Plan, i: int, counter: _Counter, inputs: StreamInputs, placed:
         counter.finished(i, read, time.perf_counter() - start - read)
         return out
 
+    read.call_index = i  # which call gives this leaf (`chunked_stream.chunk_pieces`)
     return read
 

@@ -43,6 +43,9 @@ class Plan:
     assemble: Callable[[list], object]
     bytes_read: int
     bytes_written: int
+    elementwise: list | None = field(default=None, repr=False)
+    """Per call, its `chunked_stream.Elementwise` where the op is elementwise over leaves read
+    from files (a streamed op may then run in chunks across leaves); else None."""
     _compiled: list = field(default_factory=list, repr=False)
     _steps: list | None = field(default=None, repr=False)  # (call indices, kernel), in order
 

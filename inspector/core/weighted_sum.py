@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from inspector.core import caches, placement, validate
+from inspector.core.chunked_stream import Elementwise
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.leaves import dtype_name
@@ -160,7 +161,7 @@ def _leaf_plan(trees, weights, integral, device, action, stream=False) -> Plan:
                        action)
     w_by_dtype = {d: _weight_array(weights, integral, d) for d in dtypes}
     k = len(trees)
-    calls = []
+    calls, elementwise = [], []
     read = written = 0
     for i, x in enumerate(first):
         dtype = np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
@@ -188,9 +189,14 @@ def _leaf_plan(trees, weights, integral, device, action, stream=False) -> Plan:
                               *placement.like(sharding, args[1:]))
             call.out_shardings = sharding
         calls.append(call)
+        elementwise.append(Elementwise(
+            ("weighted_sum", k, *key[3:], *(dtype_name(np.dtype(col[i].dtype)) for col in columns)),
+            lambda k=k, acc=acc, out=out: _leaf_kernel(k, acc, out), (w_by_dtype[name],),
+            tuple(col[i] for col in columns), out))
         read += k * math.prod(shape) * dtype.itemsize
         written += math.prod(shape) * out.itemsize
-    return Plan("weighted_sum", device, calls, treedef.unflatten, read, written)
+    return Plan("weighted_sum", device, calls, treedef.unflatten, read, written,
+                elementwise=elementwise if stream else None)
 
 
 def _packed_plan(trees, weights, integral, device, action) -> Plan:

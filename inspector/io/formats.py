@@ -160,7 +160,7 @@ def _read(path, root, max_inflate):
         raise reader_bug(path, fmt, exc) from exc
 
 
-def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:
+def save(tree: Any, path: str | os.PathLike, format: str | None = None, pieces=None) -> Path:
     """Writes a tree of arrays as safetensors or npz; returns the path written.
 
     Nested dict keys and list/tuple positions are joined with "." into flat names
@@ -173,6 +173,8 @@ def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:
             `LazyArray`s or Python / NumPy scalars; or a packed tree (`inspector.pack`).
         path: the file to write (replaced if it exists, only once writing succeeded).
         format: "safetensors" or "npz"; by default taken from the suffix of `path`.
+        pieces: safetensors only (ignored for npz): the data section in chunks spanning
+            leaves, as `safetensors_format.save` takes it (streamed ops).
 
     Returns:
         `path`, as a `pathlib.Path`.
@@ -192,5 +194,8 @@ def save(tree: Any, path: str | os.PathLike, format: str | None = None) -> Path:
     from inspector.core.packed import unpacked  # here: `import inspector.io` stays jax-free
 
     tree = unpacked(tree)
-    SAVERS[fmt](nesting.flatten(tree), path)
+    if pieces is not None and fmt == "safetensors":
+        safetensors_format.save(nesting.flatten(tree), path, pieces=pieces)
+    else:
+        SAVERS[fmt](nesting.flatten(tree), path)
     return path

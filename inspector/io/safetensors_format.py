@@ -63,7 +63,7 @@ def load(path: str | os.PathLike | Location) -> dict:
 
 
 def save(flat: dict[str, Any], path: str | os.PathLike,
-         metadata: dict[str, str] | None = None) -> None:
+         metadata: dict[str, str] | None = None, pieces=None) -> None:
     """Writes `{name: array}` as a safetensors file, one leaf in memory at a time.
 
     Args:
@@ -71,6 +71,9 @@ def save(flat: dict[str, Any], path: str | os.PathLike,
         path: the file to write; written beside it first, then renamed into place.
         metadata: the header's `__metadata__` (strings to strings), e.g. `{"format": "pt"}`,
             which Hugging Face transformers looks for.
+        pieces: optional; `pieces(leaves)` (the values of `flat`, in order) returns the data
+            section as `(offset, array)` chunks spanning leaves (a streamed op computed in
+            chunks: `inspector.core.chunked_stream`), or None to write leaf by leaf.
 
     Raises:
         InspectorError: some dtype has no safetensors code (every such key is named).
@@ -108,8 +111,11 @@ def save(flat: dict[str, Any], path: str | os.PathLike,
         # each leaf's bytes go to its offset from a writer thread while the next leaf is
         # read (a streamed op's output: computed) here
         offset = 8 + len(text)
+        chunks = None if pieces is None else pieces(list(flat.values()))
         with PositionedWriter(f.fileno()) as writer:
-            for name, leaf in flat.items():
+            for at, data in chunks or ():
+                writer.put(offset + at, data.reshape(-1).view(np.uint8))
+            for name, leaf in flat.items() if chunks is None else ():
                 data = _little_endian_bytes(leaf, specs[name])
                 writer.put(offset, data)
                 offset += data.nbytes

@@ -16,7 +16,8 @@ from typing import Any
 from inspector.io import formats
 
 
-def write_streamed(tree: Any, path: str | os.PathLike, format: str | None = None) -> Any:
+def write_streamed(tree: Any, path: str | os.PathLike, format: str | None = None,
+                   pieces=None) -> Any:
     """Writes `tree` into `path` one leaf at a time and returns `inspector.load(path)`.
 
     Args:
@@ -24,6 +25,9 @@ def write_streamed(tree: Any, path: str | os.PathLike, format: str | None = None
             one at a time, in order, while the file is written).
         path: a `.safetensors` or `.npz` file (or give `format`); replaced only on success.
         format: "safetensors" or "npz"; by default taken from the suffix.
+        pieces: for a safetensors file, `pieces(leaves)` may give the data section as
+            `(offset, array)` chunks spanning leaves instead (see
+            `inspector.core.chunked_stream.chunk_pieces`; None from it: leaf by leaf).
 
     Returns:
         The written tree, loaded back lazily (nothing of it held in memory).
@@ -32,5 +36,5 @@ def write_streamed(tree: Any, path: str | os.PathLike, format: str | None = None
         InspectorError: as `inspector.save` (unknown format, keys, dtypes); any error raised
             while computing a leaf propagates, and `path` is left as it was.
     """
-    written = formats.save(tree, path, format=format)
+    written = formats.save(tree, path, format=format, pieces=pieces)
     return formats.load(written)

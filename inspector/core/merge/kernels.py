@@ -19,13 +19,38 @@ _INT_MAX = 2**31 - 1
 _SAMPLE = 1 << 10  # elements per row sampled to bracket the k-th largest before searching
 
 
+_BLOCK = 1 << 14  # elements per row reduced at a time by the passes over a large leaf
+
+
+def _blocked(bits, reduce, combine, init):
+    """`reduce(block)` (a per-row vector) over blocks of `_BLOCK` columns of `bits`, folded
+    with `combine` from `init`, in a loop. XLA's CPU backend does not fuse an elementwise
+    producer into its reduction: over the whole row, each pass wrote (and page-faulted) a
+    temporary the size of the data, 27-30 ms per pass on 2 x 4e6 here; by blocks that stay in
+    the cache, 5 ms and no fault."""
+    rows, size = bits.shape
+    n = size // _BLOCK
+
+    def body(i, acc):
+        return combine(acc, reduce(jax.lax.dynamic_slice(bits, (0, i * _BLOCK), (rows, _BLOCK))))
+
+    acc = jax.lax.fori_loop(0, n, body, init) if n else init
+    return combine(acc, reduce(bits[:, n * _BLOCK:])) if size % _BLOCK else acc
+
+
 def count_at_least(bits, t):
     """Per row, how many of `bits` (non-negative int32, shape `(rows, size)`) are >= `t[row]`.
 
     As `size + sum((bits - t) >> 31)`: the shift is -1 exactly where `bits < t` (no overflow:
     both are non-negative). XLA's CPU backend sums that twice as fast as the comparison's
-    booleans (8.8 against 17.8 ms on 2 x 4e6 here)."""
-    return bits.shape[1] + jnp.sum((bits - t[:, None]) >> 31, axis=1, dtype=jnp.int32)
+    booleans (8.8 against 17.8 ms on 2 x 4e6 here); by blocks (`_blocked`) on large rows."""
+    def negatives(block):
+        return jnp.sum((block - t[:, None]) >> 31, axis=1, dtype=jnp.int32)
+
+    if bits.shape[1] < 2 * _BLOCK:
+        return bits.shape[1] + negatives(bits)
+    return bits.shape[1] + _blocked(bits, negatives, jnp.add,
+                                    jnp.zeros(bits.shape[0], jnp.int32))
 
 
 def kth_largest_bits(bits, k):
@@ -85,8 +110,12 @@ def kth_largest_bits(bits, k):
 
     lo, hi, c_lo, c_hi, _ = jax.lax.while_loop(
         lambda s: jnp.any(open_(s)), step, (lo, hi, c_lo, c_hi, jnp.int32(0)))
-    least_above = jnp.min(jnp.where(bits >= lo[:, None], bits, _INT_MAX), axis=1)
-    greatest_below = jnp.max(jnp.where(bits < hi[:, None], bits, -1), axis=1)
+    least_above = _blocked(
+        bits, lambda x: jnp.min(jnp.where(x >= lo[:, None], x, _INT_MAX), axis=1), jnp.minimum,
+        jnp.full(rows, _INT_MAX, jnp.int32))
+    greatest_below = _blocked(
+        bits, lambda x: jnp.max(jnp.where(x < hi[:, None], x, -1), axis=1), jnp.maximum,
+        jnp.full(rows, -1, jnp.int32))
     return jnp.where(hi - lo <= 1, lo, jnp.where(c_lo == k, least_above, greatest_below))
 
 
