@@ -28,6 +28,7 @@ from inspector.core.errors import InspectorError
 from inspector.core.health import step_kernel as sk
 from inspector.core.health.host_step import host_steps
 from inspector.core.health.kernels import work_dtype
+from inspector.core.health.read_ahead import ReadAhead, mappable
 from inspector.core.health.sources import checkpoint_folder, step_number
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import unpacked
@@ -252,57 +253,69 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     sums = {k: np.full((n, steps), np.nan) for k in names}
     sums["present"] = np.zeros((n, steps), bool)
     sums["paired"] = np.zeros((n, steps), bool)
-    total = sum(len(f) for f in flats)
-    done = 0
-    pending = None  # the last dispatched kernel: resolved after the next leaf is read
+    state = [0, sum(len(f) for f in flats), None]
     on_host = device.platform == "cpu"
-    for i, path in enumerate(paths):
-        prev = prev_info = None
-        batch: list = []  # this path's float32 leaves on the host: [t, leaf, paired, recorded]
-        for t, leaves in enumerate(flats):
-            leaf = leaves.get(path)
-            info = leaf_info(leaf) if leaf is not None else None
-            work = work_dtype(info[1]) if info is not None and info[0] is not None else None
-            if work is None:
-                prev = prev_info = None
-                if leaf is not None:
-                    done += 1
-                continue
-            done += 1
-            paired = prev is not None and prev_info[:2] == info[:2]
-            size = math.prod(info[0])
-            if on_host and np.dtype(info[1]) == np.float32 and size:
-                # float32 on the CPU: reduced by NumPy where the leaves lie, all steps of
-                # this key path chunk by chunk (host_step.py)
-                x = np.asarray(leaf)
-                if not paired:
-                    _flush(sums, i, batch, device)
-                    batch = []
-                batch.append([t, x, paired, False])
-                if not _mapped(x) and len(batch) > 1:
-                    # read into memory (not a file's map): keep two such leaves at most
-                    _flush(sums, i, batch, device)
-                    batch = [batch[-1]]
-            else:
-                # reading this leaf overlaps the kernel dispatched for the one before (JAX
-                # runs it asynchronously); its figures are fetched only after the read
-                x = jax.device_put(np.asarray(leaf) if not isinstance(leaf, jax.Array)
-                                   else leaf, device)
-                if pending is not None:
-                    _resolve_pending(sums, *pending)
-                    pending = None
-                pair = (prev if paired else x, x)
-                result = sk.step_kernel(size, info[1], work)(*pair) if size else None
-                pending = (i, t, result, pair, size, info[1], work, paired)
-            prev, prev_info = x, info
-            if progress is not None:
-                progress(done, total)
-        _flush(sums, i, batch, device)
-    if pending is not None:
-        _resolve_pending(sums, *pending)
+    ahead = ReadAhead(flats, paths, lambda leaf: on_host and mappable(leaf) and
+                      leaf.dtype == np.float32 and leaf.size > 0)
+    try:
+        for i, path in enumerate(paths):
+            _path(sums, i, path, flats, ahead.get(i), device, on_host, state, progress)
+    finally:
+        ahead.close()
+    if state[2] is not None:
+        _resolve_pending(sums, *state[2])
     changes = _changes(trees, labels)
     return Timeline(labels, paths, [order[p] for p in paths], sums, changes,
                     time.perf_counter() - begin)
+
+
+def _path(sums, i, path, flats, ready, device, on_host, state, progress):
+    """Reduces key path `i`'s leaf at every step (`ready`: those read ahead, by step).
+    `state`: `[leaf reads done, of all, the last dispatched device kernel]` (that kernel's
+    figures are fetched after the next leaf is read)."""
+    done, total, pending = state
+    prev = prev_info = None
+    batch: list = []  # this path's float32 leaves on the host: [t, leaf, paired, recorded]
+    for t, leaves in enumerate(flats):
+        leaf = leaves.get(path)
+        info = leaf_info(leaf) if leaf is not None else None
+        work = work_dtype(info[1]) if info is not None and info[0] is not None else None
+        if work is None:
+            prev = prev_info = None
+            if leaf is not None:
+                done += 1
+            continue
+        done += 1
+        paired = prev is not None and prev_info[:2] == info[:2]
+        size = math.prod(info[0])
+        if on_host and np.dtype(info[1]) == np.float32 and size:
+            # float32 on the CPU: reduced by NumPy where the leaves lie, all steps of
+            # this key path chunk by chunk (host_step.py)
+            x = ready[t] if t in ready else np.asarray(leaf)
+            if not paired:
+                _flush(sums, i, batch, device)
+                batch = []
+            batch.append([t, x, paired, False])
+            if not _mapped(x) and len(batch) > 1:
+                # read into memory (not a file's map): keep two such leaves at most
+                _flush(sums, i, batch, device)
+                batch = [batch[-1]]
+        else:
+            # reading this leaf overlaps the kernel dispatched for the one before (JAX
+            # runs it asynchronously); its figures are fetched only after the read
+            x = jax.device_put(np.asarray(leaf) if not isinstance(leaf, jax.Array)
+                               else leaf, device)
+            if pending is not None:
+                _resolve_pending(sums, *pending)
+                pending = None
+            pair = (prev if paired else x, x)
+            result = sk.step_kernel(size, info[1], work)(*pair) if size else None
+            pending = (i, t, result, pair, size, info[1], work, paired)
+        prev, prev_info = x, info
+        if progress is not None:
+            progress(done, total)
+    _flush(sums, i, batch, device)
+    state[:] = done, total, pending
 
 
 def _mapped(x: np.ndarray) -> bool:
