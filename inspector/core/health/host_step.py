@@ -17,6 +17,8 @@ does for the device kernel's figures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from inspector.core.health.host_scan import POOL, THREADS
@@ -33,19 +35,31 @@ def host_steps(leaves: list[np.ndarray], paired: list[bool]) -> np.ndarray:
     chunk k of every step in turn, so the step before's chunk is still in cache when the next
     step reads its own, and each leaf is read from memory once (a leaf-major pass reads every
     leaf twice: as `b` and again as the next step's `a`)."""
+    return submit_steps(leaves, paired)()
+
+
+def submit_steps(leaves: list[np.ndarray], paired: list[bool]) -> Callable[[], np.ndarray]:
+    """`host_steps` started on the worker threads: returns a function that waits for the
+    figures and returns them, so the caller can read the next key path's leaves meanwhile."""
     flat = [x.reshape(-1) for x in leaves]
     longest = max((x.size for x in flat), default=0)
     n_chunks = -(-longest // CHUNK)
-    if POOL is None or n_chunks < 2 * THREADS:
-        out, high, low = _steps(flat, paired, 0, n_chunks)
-    else:
-        # several jobs a thread: on a busy machine the thread that gets its core takes more
-        bounds = np.linspace(0, n_chunks, min(n_chunks // 2, JOBS * THREADS) + 1).astype(int)
-        parts = [job.result() for job in [POOL.submit(_steps, flat, paired, a, b)
-                                          for a, b in zip(bounds[:-1], bounds[1:], strict=True)]]
-        out = sum(p[0] for p in parts)
-        high = np.max([p[1] for p in parts], axis=0)
-        low = np.min([p[2] for p in parts], axis=0)
+    if POOL is None or n_chunks == 0:
+        parts = [_steps(flat, paired, 0, n_chunks)]
+        return lambda: _combined(parts, paired)
+    # several jobs a thread: on a busy machine the thread that gets its core takes more; a
+    # leaf of a few chunks is one job (the next key path's jobs run beside it)
+    n_jobs = 1 if n_chunks < 2 * THREADS else min(n_chunks // 2, JOBS * THREADS)
+    bounds = np.linspace(0, n_chunks, n_jobs + 1).astype(int)
+    jobs = [POOL.submit(_steps, flat, paired, a, b)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return lambda: _combined([job.result() for job in jobs], paired)
+
+
+def _combined(parts, paired) -> np.ndarray:
+    out = parts[0][0] if len(parts) == 1 else sum(p[0] for p in parts)
+    high = np.max([p[1] for p in parts], axis=0)
+    low = np.min([p[2] for p in parts], axis=0)
     with np.errstate(invalid="ignore"):
         out[:, 1] = np.maximum(np.abs(high), np.abs(low))
     out[:, 7] = out[:, 0]

@@ -10,7 +10,6 @@ checkpoints. The figures are kept as sums (`sum x^2`, `sum (x_t - x_{t-1})^2`, `
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -26,9 +25,8 @@ from inspector.core.devices import resolve_device
 from inspector.core.diff import diff
 from inspector.core.errors import InspectorError
 from inspector.core.health import step_kernel as sk
-from inspector.core.health.host_step import host_steps
+from inspector.core.health.host_batches import Batches, mapped
 from inspector.core.health.kernels import work_dtype
-from inspector.core.health.read_ahead import ReadAhead, mappable
 from inspector.core.health.sources import checkpoint_folder, step_number
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import unpacked
@@ -255,13 +253,10 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     sums["paired"] = np.zeros((n, steps), bool)
     state = [0, sum(len(f) for f in flats), None]
     on_host = device.platform == "cpu"
-    ahead = ReadAhead(flats, paths, lambda leaf: on_host and mappable(leaf) and
-                      leaf.dtype == np.float32 and leaf.size > 0)
-    try:
-        for i, path in enumerate(paths):
-            _path(sums, i, path, flats, ahead.get(i), device, on_host, state, progress)
-    finally:
-        ahead.close()
+    batches = Batches(lambda *a: _record(sums, *a), device)
+    for i, path in enumerate(paths):
+        _path(sums, i, path, flats, batches, device, on_host, state, progress)
+    batches.drain()
     if state[2] is not None:
         _resolve_pending(sums, *state[2])
     changes = _changes(trees, labels)
@@ -269,8 +264,9 @@ def timeline(sources, labels: Sequence | None = None, device=None,
                     time.perf_counter() - begin)
 
 
-def _path(sums, i, path, flats, ready, device, on_host, state, progress):
-    """Reduces key path `i`'s leaf at every step (`ready`: those read ahead, by step).
+def _path(sums, i, path, flats, batches, device, on_host, state, progress):
+    """Reduces key path `i`'s leaf at every step (float32 leaves on the CPU by `batches`, on
+    the worker threads, while the next path is read).
     `state`: `[leaf reads done, of all, the last dispatched device kernel]` (that kernel's
     figures are fetched after the next leaf is read)."""
     done, total, pending = state
@@ -291,14 +287,14 @@ def _path(sums, i, path, flats, ready, device, on_host, state, progress):
         if on_host and np.dtype(info[1]) == np.float32 and size:
             # float32 on the CPU: reduced by NumPy where the leaves lie, all steps of
             # this key path chunk by chunk (host_step.py)
-            x = ready[t] if t in ready else np.asarray(leaf)
+            x = batches.leaf(leaf)
             if not paired:
-                _flush(sums, i, batch, device)
+                batches.submit(i, batch)
                 batch = []
             batch.append([t, x, paired, False])
-            if not _mapped(x) and len(batch) > 1:
+            if not mapped(x) and len(batch) > 1:
                 # read into memory (not a file's map): keep two such leaves at most
-                _flush(sums, i, batch, device)
+                batches.submit(i, batch)
                 batch = [batch[-1]]
         else:
             # reading this leaf overlaps the kernel dispatched for the one before (JAX
@@ -314,38 +310,8 @@ def _path(sums, i, path, flats, ready, device, on_host, state, progress):
         prev, prev_info = x, info
         if progress is not None:
             progress(done, total)
-    _flush(sums, i, batch, device)
+    batches.submit(i, batch)
     state[:] = done, total, pending
-
-
-def _mapped(x: np.ndarray) -> bool:
-    """Whether `x` lies in a memory map (a checkpoint file's pages, not a copy in memory)."""
-    while x is not None:
-        if isinstance(x, np.memmap | mmap.mmap):
-            return True
-        x = getattr(x, "base", None)
-    return False
-
-
-def _flush(sums, i, batch, device):
-    """Records the figures of `batch` (one key path's float32 leaves at successive steps,
-    each `[t, leaf, paired, recorded]`; `paired`: compared with the entry before) computed
-    chunk-major on the host; a pair whose sums come out non-finite (NaN/Inf) is reduced again
-    by the careful kernel."""
-    todo = [e for e in batch if not e[3]]
-    if not todo:
-        return
-    figures = host_steps([e[1] for e in batch], [e[2] and k > 0 for k, e in enumerate(batch)])
-    for k, (t, x, paired, recorded) in enumerate(batch):
-        if recorded:
-            continue
-        f = figures[k]
-        if not np.isfinite(f).all():
-            pair = (batch[k - 1][1] if paired else x, x)
-            f = np.asarray(sk.careful_kernel(x.size, "float32", "float32")(
-                *jax.device_put(pair, device)), np.float64)
-        _record(sums, i, t, f, x.size, paired)
-        batch[k][3] = True
 
 
 def _resolve_pending(sums, i, t, result, pair, size, dtype, work, paired):
