@@ -4,13 +4,15 @@ threads (`host_step.py`) while the next key path's leaves are read.
 `timeline` walks the checkpoints key path by key path (a path's leaf at every step, then the
 next path). A leaf that lies in a local file as one native run (`LazyArray.region`, e.g. a
 safetensors tensor) is a memory map: reading it costs a `mmap` call and a page fault every few
-pages. `Batches.leaf` maps such a leaf and faults its pages in with one
+pages. `Batches.leaf` reads such a leaf as a view of its file's one map (made once a run, not
+once a leaf: a `np.memmap` costs ~40 us) and faults its pages in with one
 `madvise(MADV_POPULATE_READ)` (Linux 5.14+; else the pages are touched once), and
 `Batches.submit` hands a path's leaves to the worker threads and returns at once: the calling
 thread reads the next path while the workers reduce this one. At most `WINDOW` paths are in
-flight: memory holds the leaves of those and of the path being read (file pages, not new
-memory). A run holding leaves read into memory (remote, compressed, other byte order) is
-reduced before the next leaf is read: those stay two leaves at most, as before.
+flight: memory holds the leaves of those and of the path being read (page-cache pages, not
+new memory); a finished path's pages are unmapped (`MADV_DONTNEED`: they stay cached). A run
+holding leaves read into memory (remote, compressed, other byte order) is reduced before the
+next leaf is read: those stay two leaves at most, as before.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections import deque
 import jax
 import numpy as np
 
+from inspector.core.errors import LoadError
 from inspector.core.health import step_kernel as sk
 from inspector.core.health.host_step import submit_steps
 from inspector.core.lazy import LazyArray
@@ -28,7 +31,8 @@ from inspector.core.lazy import LazyArray
 WINDOW = 2
 """Key paths whose reductions may be under way while the next one is read."""
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux's value
-_POPULATE = {"ok": hasattr(mmap.mmap, "madvise")}
+_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
+_POPULATE = {"ok": hasattr(mmap.mmap, "madvise")}  # no madvise (Windows): pages touched
 
 
 def mapped(x: np.ndarray) -> bool:
@@ -36,24 +40,41 @@ def mapped(x: np.ndarray) -> bool:
     while x is not None:
         if isinstance(x, np.memmap | mmap.mmap):
             return True
-        x = getattr(x, "base", None)
+        x = x.obj if isinstance(x, memoryview) else getattr(x, "base", None)
     return False
 
 
-def populate(x: np.ndarray) -> None:
-    """Faults every page of the memory map under `x` in, in one call where the kernel can."""
-    m = x
-    while m is not None and not isinstance(m, mmap.mmap):
-        m = getattr(m, "base", None)
-    if m is not None and _POPULATE["ok"]:
-        try:
-            m.madvise(_MADV_POPULATE_READ)
-            return
-        except (OSError, ValueError):
-            _POPULATE["ok"] = False  # an older kernel: touch the pages
+def _map_of(x: np.ndarray) -> mmap.mmap | None:
+    """The memory map under `x`, if any."""
+    while x is not None and not isinstance(x, mmap.mmap):
+        x = x.obj if isinstance(x, memoryview) else getattr(x, "base", None)
+    return x
+
+
+def _touch(x: np.ndarray) -> None:
     flat = x.reshape(-1).view(np.uint8)
     if flat.size:
         flat[::mmap.PAGESIZE].max()
+
+
+def _address(m: mmap.mmap) -> int:
+    """Where `m`'s first byte lies in memory (`m` not empty)."""
+    return np.frombuffer(m, np.uint8, 1).ctypes.data
+
+
+def _advise(m: mmap.mmap, offset: int, nbytes: int, advice: int) -> bool:
+    """`madvise(advice)` over bytes `[offset, offset + nbytes)` of `m` (widened to whole
+    pages); False where the kernel refuses it (MADV_POPULATE_READ before Linux 5.14)."""
+    if not hasattr(m, "madvise") or advice == _MADV_POPULATE_READ and not _POPULATE["ok"]:
+        return False
+    start = offset - offset % mmap.PAGESIZE
+    try:
+        m.madvise(advice, start, min(len(m), offset + nbytes) - start)
+        return True
+    except (OSError, ValueError):
+        if advice == _MADV_POPULATE_READ:
+            _POPULATE["ok"] = False
+        return False
 
 
 class Batches:
@@ -64,13 +85,31 @@ class Batches:
     def __init__(self, record, device):
         self._record, self._device = record, device
         self._flight: deque = deque()
+        self._files: dict[str, mmap.mmap] = {}  # path -> its map, read-only, shared
 
-    @staticmethod
-    def leaf(leaf) -> np.ndarray:
-        """`leaf` read: a memory-mapped leaf with its pages faulted in."""
-        x = np.asarray(leaf)
-        if isinstance(leaf, LazyArray) and leaf.region is not None and mapped(x):
-            populate(x)
+    def leaf(self, leaf) -> np.ndarray:
+        """`leaf` read: a leaf with a `region` (one native row-major run of a local file) as
+        a view of that file's one memory map (no `mmap` call per leaf), its pages faulted
+        in; others by their reader."""
+        if not (isinstance(leaf, LazyArray) and leaf.region is not None and leaf.size):
+            return np.asarray(leaf)
+        path, offset = leaf.region
+        m = self._files.get(path)
+        if m is None:
+            try:
+                with open(path, "rb") as f:
+                    m = self._files[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise LoadError(f"{leaf.source}: {path} could not be opened ({exc}).") from exc
+        nbytes = leaf.size * leaf.dtype.itemsize
+        if offset + nbytes > len(m):
+            raise LoadError(
+                f"{leaf.source}: the {leaf.dtype}{list(leaf.shape)} array at byte {offset} of "
+                f"{path} runs past its end ({len(m)} bytes). The file changed or shrank after "
+                "it was opened; load it again.")
+        x = np.frombuffer(m, leaf.dtype, leaf.size, offset).reshape(leaf.shape)
+        if not _advise(m, offset, nbytes, _MADV_POPULATE_READ):
+            _touch(x)  # an older kernel: a fault every few pages
         return x
 
     def submit(self, i: int, batch: list) -> None:
@@ -105,3 +144,10 @@ class Batches:
                     *jax.device_put(pair, self._device)), np.float64)
             self._record(i, t, f, x.size, paired)
             batch[k][3] = True
+        ours = {id(m) for m in self._files.values()}
+        for _, x, _, _ in batch:
+            m = _map_of(x)
+            if m is not None and id(m) in ours:
+                # a view of its file's map: its pages unmapped (they stay in the page cache),
+                # so resident memory holds the paths in flight, not every file read so far
+                _advise(m, x.ctypes.data - _address(m), x.nbytes, _MADV_DONTNEED)

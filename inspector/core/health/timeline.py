@@ -13,6 +13,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -30,6 +31,8 @@ from inspector.core.health.kernels import work_dtype
 from inspector.core.health.sources import checkpoint_folder, step_number
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import unpacked
+
+_DIFFS = ThreadPoolExecutor(1, thread_name_prefix="inspector-timeline-diff")
 
 METRICS = ("rel_change", "cosine", "l2", "max_abs", "nonfinite", "changed")
 """What `Timeline.table` can show: ||x_t - x_{t-1}|| / ||x_{t-1}||, cosine(x_{t-1}, x_t),
@@ -233,16 +236,23 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     device = resolve_device(device)
     labels, items = _resolve(sources, labels)
     trees = [_open(item, load) for item in items]
+    # the structural diffs (pure Python) run beside the reductions, in the waits for them
+    changes = _DIFFS.submit(_changes, trees, labels)
     flats = []
     order: dict[str, tuple[str, ...]] = {}
+    named: dict[tuple, tuple[str, tuple[str, ...]]] = {}  # key path -> its text, once a run
     for tree in trees:
         flat, _ = nodes.flatten(tree, with_path=True)
         leaves = {}
         for key, leaf in flat:
-            parts = tuple(jax.tree_util.keystr((k,)) for k in key)
-            path = "".join(parts)
-            order.setdefault(path, parts)
-            leaves[path] = leaf
+            # the key types too: dict keys 1, 1.0 and True are equal but print differently
+            sig = (key, tuple(type(getattr(k, "key", None)) for k in key))
+            found = named.get(sig)
+            if found is None:
+                parts = tuple(jax.tree_util.keystr((k,)) for k in key)
+                found = named[sig] = ("".join(parts), parts)
+            order.setdefault(*found)
+            leaves[found[0]] = leaf
         flats.append(leaves)
     paths = list(order)
     n, steps = len(paths), len(trees)
@@ -259,8 +269,7 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     batches.drain()
     if state[2] is not None:
         _resolve_pending(sums, *state[2])
-    changes = _changes(trees, labels)
-    return Timeline(labels, paths, [order[p] for p in paths], sums, changes,
+    return Timeline(labels, paths, [order[p] for p in paths], sums, changes.result(),
                     time.perf_counter() - begin)
 
 
