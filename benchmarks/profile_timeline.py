@@ -12,7 +12,11 @@ over `--rounds`:
 - `map + fault + Python`: the timeline with the reductions replaced by nothing (the leaves
   mapped and faulted in, the bookkeeping, the structural diffs);
 - `compute`: the per-path reductions (`host_steps`) alone on copies of the leaves in memory,
-  one thread and two.
+  one thread and two;
+- `--ops`: the CPU time of each NumPy pass of the reduction loop, in place (the loop of
+  `host_step._steps_quiet` on the largest leaf's 8 steps, run with one pass left out at a
+  time: a pass's cost is what leaving it out saves; the first pass over a chunk also pays its
+  read from memory).
 
 CPU time is what a loaded machine makes visible: on two busy cores the wall time of a
 two-thread run depends on what else runs.
@@ -59,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ops", action="store_true", help="also the cost of each pass")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="profile_timeline_"))
     rng = np.random.default_rng(0)
@@ -115,9 +120,56 @@ def main() -> None:
     host_step.POOL = None
     print(row("compute, one thread (in memory)", *measure(compute, args.rounds), ref))
     host_step.POOL = pool
+    if args.ops:
+        largest = max(range(n_leaves), key=lambda i: copies[0][i].size)
+        passes([c[largest].reshape(-1) for c in copies], 5)
     for p in paths:
         os.remove(p)
     folder.rmdir()
+
+
+PASSES = {"sq": "sum y^2 (BLAS rows)", "mm": "max y, min y", "sub": "d = y - x, sum d^2",
+          "neq": "bits of y != bits of x, count"}
+
+
+def passes(steps: list[np.ndarray], rounds: int) -> None:
+    """Prints the CPU time of the reduction loop with each pass left out in turn."""
+    row_len, per = host_step.ROW, host_step.CHUNK // host_step.ROW
+    n_rows = steps[0].size // row_len
+    rows = [x[:n_rows * row_len].reshape(n_rows, row_len) for x in steps]
+    bits = [r.view(np.uint32) for r in rows]
+    sq, dsq = np.zeros(n_rows, np.float32), np.zeros(n_rows, np.float32)
+    d, mask = np.empty((per, row_len), np.float32), np.empty((per, row_len), bool)
+
+    def loop(skip: set) -> float:
+        start = time.process_time()
+        for r0 in range(0, n_rows, per):
+            r1 = r0 + per
+            for t, y in enumerate(r[r0:r1] for r in rows):
+                k = len(y)
+                if "sq" not in skip:
+                    np.vecdot(y, y, out=sq[r0:r1])
+                if "mm" not in skip:
+                    y.max(), y.min()
+                if t and "sub" not in skip:
+                    np.vecdot(dd := np.subtract(y, rows[t - 1][r0:r1], out=d[:k]), dd,
+                              out=dsq[r0:r1])
+                if t and "neq" not in skip:
+                    np.count_nonzero(np.not_equal(bits[t - 1][r0:r1], bits[t][r0:r1],
+                                                  out=mask[:k]))
+        return time.process_time() - start
+
+    variants = [set(), *({k} for k in PASSES), set(PASSES)]
+    best = [min(loop(v) for _ in range(rounds)) for v in variants]
+    n = len(steps) * steps[0].size
+    print(f"  passes over the largest leaf ({steps[0].size:,} elements x {len(steps)} steps), "
+          f"CPU ns per element, best of {rounds}:")
+    print(f"    all passes {best[0] / n * 1e9:.2f}")
+    for what, t in zip(PASSES.values(), best[1:-1], strict=True):
+        print(f"    {what:34s} {(best[0] - t) / n * 1e9:.2f}")
+    rest = best[0] - sum(best[0] - t for t in best[1:-1])
+    print(f"    the rest: each chunk's first read from memory {(rest - best[-1]) / n * 1e9:.2f}, "
+          f"the loop alone {best[-1] / n * 1e9:.2f}")
 
 
 if __name__ == "__main__":
