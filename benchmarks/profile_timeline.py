@@ -14,9 +14,8 @@ over `--rounds`:
 - `compute`: the per-path reductions (`host_steps`) alone on copies of the leaves in memory,
   one thread and two;
 - `--ops`: the CPU time of each NumPy pass of the reduction loop, in place (the loop of
-  `host_step._steps_quiet` on the largest leaf's 8 steps, run with one pass left out at a
-  time: a pass's cost is what leaving it out saves; the first pass over a chunk also pays its
-  read from memory).
+  `host_step._steps_quiet` on the largest leaf's 8 steps, the passes added one at a time:
+  each pass's cost is what adding it costs; the first also reads each chunk from memory).
 
 CPU time is what a loaded machine makes visible: on two busy cores the wall time of a
 two-thread run depends on what else runs.
@@ -133,7 +132,8 @@ PASSES = {"sq": "sum y^2 (BLAS rows)", "mm": "max y, min y", "sub": "d = y - x, 
 
 
 def passes(steps: list[np.ndarray], rounds: int) -> None:
-    """Prints the CPU time of the reduction loop with each pass left out in turn."""
+    """Prints the CPU time of the reduction loop's passes, added one at a time, and of the
+    reference's one pass (a float32 sum of each leaf)."""
     row_len, per = host_step.ROW, host_step.CHUNK // host_step.ROW
     n_rows = steps[0].size // row_len
     rows = [x[:n_rows * row_len].reshape(n_rows, row_len) for x in steps]
@@ -159,17 +159,25 @@ def passes(steps: list[np.ndarray], rounds: int) -> None:
                                                   out=mask[:k]))
         return time.process_time() - start
 
-    variants = [set(), *({k} for k in PASSES), set(PASSES)]
-    best = [min(loop(v) for _ in range(rounds)) for v in variants]
+    # passes added one at a time: each line is what its pass adds (the first one also reads
+    # each chunk from memory)
+    keys = list(PASSES)
+    best = [min(loop(set(keys[k:])) for _ in range(rounds)) for k in range(len(keys) + 1)]
     n = len(steps) * steps[0].size
     print(f"  passes over the largest leaf ({steps[0].size:,} elements x {len(steps)} steps), "
-          f"CPU ns per element, best of {rounds}:")
-    print(f"    all passes {best[0] / n * 1e9:.2f}")
-    for what, t in zip(PASSES.values(), best[1:-1], strict=True):
-        print(f"    {what:34s} {(best[0] - t) / n * 1e9:.2f}")
-    rest = best[0] - sum(best[0] - t for t in best[1:-1])
-    print(f"    the rest: each chunk's first read from memory {(rest - best[-1]) / n * 1e9:.2f}, "
-          f"the loop alone {best[-1] / n * 1e9:.2f}")
+          f"CPU ns per element, best of {rounds}, each pass added to those above:")
+    print(f"    the loop alone {best[0] / n * 1e9:.2f}")
+    for k, what in enumerate(PASSES.values()):
+        first = " (and each chunk's first read from memory)" if k == 0 else ""
+        print(f"    {what + first:34s} {(best[k + 1] - best[k]) / n * 1e9:.2f}")
+    print(f"    all passes {best[-1] / n * 1e9:.2f}")
+    ref = []
+    for _ in range(rounds):
+        start = time.process_time()
+        for x in steps:
+            x.sum(dtype=np.float32)
+        ref.append(time.process_time() - start)
+    print(f"    the reference's one pass (a float32 sum of each leaf) {min(ref) / n * 1e9:.2f}")
 
 
 if __name__ == "__main__":
