@@ -1,10 +1,13 @@
 """`timeline(sources)`: how every leaf moved across a run's checkpoints.
 
 Checkpoints are opened lazily (headers only) and read leaf by leaf: for each key path, its
-leaf at each step in turn, each reduced on the device against the same leaf a step before
-(`step_kernel.py`), so every checkpoint is read once and memory holds two leaves, not two
-checkpoints. The figures are kept as sums (`sum x^2`, `sum (x_t - x_{t-1})^2`, `<x_{t-1}, x_t>`,
-...) so any subtree's figure is exact from its leaves' (`Timeline.table`).
+leaf at each step in turn, each reduced against the same leaf a step before, so every
+checkpoint is read once and memory holds a few leaves, not two checkpoints. On the CPU,
+float32 leaves are reduced by NumPy on the worker threads (`host_batches.py`,
+`host_step.py`: file-mapped leaves of up to three key paths at once, leaves read into memory
+two at a time); other dtypes and devices by the device kernel (`step_kernel.py`). The
+figures are kept as sums (`sum x^2`, `sum (x_t - x_{t-1})^2`, `<x_{t-1}, x_t>`, ...) so any
+subtree's figure is exact from its leaves' (`Timeline.table`).
 """
 
 from __future__ import annotations
