@@ -10,7 +10,10 @@ cache; the chunks of a leaf are split between two threads (NumPy and BLAS releas
 Products are BLAS dot products of rows of 1,024 elements (`vecdot`), the rows added in
 float64: 1.3e-8 off float64 (measured on 64k elements; one BLAS dot product over 60k
 elements was 0.1-2.4e-6 off, the tests' tolerance) at 5-6x the speed of a product and
-NumPy's pairwise sum. Same eight figures as the kernel (`step_kernel.N_FIGURES`, same order);
+NumPy's pairwise sum. Two products a pair (`|b|^2`, `|b - a|^2`; `|a|^2` is the step
+before's): `<a, b>` comes from `(|a|^2 + |b|^2 - |b - a|^2) / 2`, whose rounding errors
+largely cancel in the cosine. Same eight figures as the kernel (`step_kernel.N_FIGURES`, same
+order);
 a pair with NaN/Inf gives non-finite sums, and the caller then runs the careful kernel, as it
 does for the device kernel's figures.
 """
