@@ -13,9 +13,8 @@ elements was 0.1-2.4e-6 off, the tests' tolerance) at 5-6x the speed of a produc
 NumPy's pairwise sum. Two products a pair (`|b|^2`, `|b - a|^2`; `|a|^2` is the step
 before's): `<a, b>` comes from `(|a|^2 + |b|^2 - |b - a|^2) / 2`, whose rounding errors
 largely cancel in the cosine. Same eight figures as the kernel (`step_kernel.N_FIGURES`, same
-order);
-a pair with NaN/Inf gives non-finite sums, and the caller then runs the careful kernel, as it
-does for the device kernel's figures.
+order); a pair with NaN/Inf gives non-finite sums, and the caller then runs the careful
+kernel, as it does for the device kernel's figures.
 """
 
 from __future__ import annotations
