@@ -215,3 +215,54 @@ def test_one_checkpoint_path_is_one_step(tmp_path):
         t = inspector.timeline(source)
         assert list(t.labels) == [100]
         assert t.table("l2").values[:, 0].tolist() == [pytest.approx(np.sqrt(14.0))]
+
+
+def test_mapped_files_in_flight_match_in_memory_trees_and_numpy(tmp_path, monkeypatch):
+    """safetensors leaves read as views of one map a file, several key paths in flight on
+    the worker threads (chunks of 2,048 elements: a leaf of ten chunks is split in jobs),
+    pages faulted in and released: the same figures as the trees in memory, and NumPy's."""
+    from inspector.core.health import host_batches, host_step
+
+    monkeypatch.setattr(host_step, "CHUNK", 2048)
+    advised = []
+    real_advise = host_batches._advise
+    monkeypatch.setattr(host_batches, "_advise",
+                        lambda m, o, n, a: advised.append(a) or real_advise(m, o, n, a))
+    rng = np.random.default_rng(11)
+    big = rng.standard_normal(9 * 2048 + 700).astype(np.float32)
+    run = []
+    for step in range(5):
+        if step != 3:  # step 3 repeats step 2: big is bitwise unchanged there
+            big = big + np.float32(1e-3) * rng.standard_normal(big.size).astype(np.float32)
+        b = big.copy()
+        if step == 4:
+            b[17] = np.nan
+        run.append({"a_big": b, "b_ints": np.arange(5, dtype=np.int32) * step,
+                    "c_small": rng.standard_normal(50).astype(np.float32),
+                    "d_reshaped": np.ones((4, 3) if step < 2 else (3, 4), np.float32)})
+        inspector.save(run[-1], tmp_path / f"ckpt_{step}.safetensors")
+    files, memory = inspector.timeline(tmp_path), inspector.timeline(run)
+    assert host_batches._MADV_DONTNEED in advised and len(advised) >= 2 * 5 * 3
+    assert files.paths == memory.paths
+    for key, value in files.sums.items():
+        np.testing.assert_allclose(value, memory.sums[key], rtol=1e-12, equal_nan=True,
+                                   err_msg=key)
+    rel, changed, cos = files.table("rel_change"), files.table("changed"), files.table("cosine")
+    for s in range(1, 5):
+        a, b = (np.asarray(run[s - 1]["a_big"], np.float64),
+                np.asarray(run[s]["a_big"], np.float64))
+        ok = np.isfinite(a) & np.isfinite(b)
+        a, b = a[ok], b[ok]
+        assert rel.values[0, s] == pytest.approx(np.linalg.norm(b - a) / np.linalg.norm(a),
+                                                 rel=1e-5)
+        assert files.sums["dot"][0, s] == pytest.approx(a @ b, rel=1e-6)
+        # 1 - cos ~5e-7 here: within 1% on the host path (<a, b> from the same sums of
+        # squares as the norms); the NaN step goes through the float32 careful kernel
+        want = 1 - a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+        assert 1 - cos.values[0, s] == (pytest.approx(want, rel=1e-2) if s < 4
+                                        else pytest.approx(want, abs=1e-6))
+        bits = run[s - 1]["a_big"].view(np.uint32) != run[s]["a_big"].view(np.uint32)
+        assert changed.values[0, s] == bits.sum() / bits.size
+    assert changed.values[0, 3] == 0 and files.first_nonfinite() == {"['a_big']": 4}
+    assert np.isnan(rel.values[3, 2]) and files.sums["paired"][3].tolist() == [
+        False, True, False, True, True]

@@ -10,12 +10,16 @@ cache; the chunks of a leaf are split between two threads (NumPy and BLAS releas
 Products are BLAS dot products of rows of 1,024 elements (`vecdot`), the rows added in
 float64: 1.3e-8 off float64 (measured on 64k elements; one BLAS dot product over 60k
 elements was 0.1-2.4e-6 off, the tests' tolerance) at 5-6x the speed of a product and
-NumPy's pairwise sum. Same eight figures as the kernel (`step_kernel.N_FIGURES`, same order);
-a pair with NaN/Inf gives non-finite sums, and the caller then runs the careful kernel, as it
-does for the device kernel's figures.
+NumPy's pairwise sum. Two products a pair (`|b|^2`, `|b - a|^2`; `|a|^2` is the step
+before's): `<a, b>` comes from `(|a|^2 + |b|^2 - |b - a|^2) / 2`, whose rounding errors
+largely cancel in the cosine. Same eight figures as the kernel (`step_kernel.N_FIGURES`, same
+order); a pair with NaN/Inf gives non-finite sums, and the caller then runs the careful
+kernel, as it does for the device kernel's figures.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -23,6 +27,7 @@ from inspector.core.health.host_scan import POOL, THREADS
 
 CHUNK = 1 << 16  # elements per step (256 KiB of float32 per operand)
 ROW = 1024
+JOBS = 4  # jobs a thread
 _vecdot = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a, b))
 
 
@@ -32,18 +37,31 @@ def host_steps(leaves: list[np.ndarray], paired: list[bool]) -> np.ndarray:
     chunk k of every step in turn, so the step before's chunk is still in cache when the next
     step reads its own, and each leaf is read from memory once (a leaf-major pass reads every
     leaf twice: as `b` and again as the next step's `a`)."""
+    return submit_steps(leaves, paired)()
+
+
+def submit_steps(leaves: list[np.ndarray], paired: list[bool]) -> Callable[[], np.ndarray]:
+    """`host_steps` started on the worker threads: returns a function that waits for the
+    figures and returns them, so the caller can read the next key path's leaves meanwhile."""
     flat = [x.reshape(-1) for x in leaves]
     longest = max((x.size for x in flat), default=0)
     n_chunks = -(-longest // CHUNK)
-    if POOL is None or n_chunks < 2 * THREADS:
-        out, high, low = _steps(flat, paired, 0, n_chunks)
-    else:
-        bounds = np.linspace(0, n_chunks, THREADS + 1).astype(int)
-        parts = [job.result() for job in [POOL.submit(_steps, flat, paired, a, b)
-                                          for a, b in zip(bounds[:-1], bounds[1:], strict=True)]]
-        out = sum(p[0] for p in parts)
-        high = np.max([p[1] for p in parts], axis=0)
-        low = np.min([p[2] for p in parts], axis=0)
+    if POOL is None or n_chunks == 0:
+        parts = [_steps(flat, paired, 0, n_chunks)]
+        return lambda: _combined(parts, paired)
+    # several jobs a thread: on a busy machine the thread that gets its core takes more; a
+    # leaf of a few chunks is one job (the next key path's jobs run beside it)
+    n_jobs = 1 if n_chunks < 2 * THREADS else min(n_chunks // 2, JOBS * THREADS)
+    bounds = np.linspace(0, n_chunks, n_jobs + 1).astype(int)
+    jobs = [POOL.submit(_steps, flat, paired, a, b)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return lambda: _combined([job.result() for job in jobs], paired)
+
+
+def _combined(parts, paired) -> np.ndarray:
+    out = parts[0][0] if len(parts) == 1 else sum(p[0] for p in parts)
+    high = np.max([p[1] for p in parts], axis=0)
+    low = np.min([p[2] for p in parts], axis=0)
     with np.errstate(invalid="ignore"):
         out[:, 1] = np.maximum(np.abs(high), np.abs(low))
     out[:, 7] = out[:, 0]
@@ -67,34 +85,42 @@ def _steps_quiet(flat, paired, first: int, stop: int):
     bits = [x.view(np.uint32) for x in rows]
     sq = [np.zeros(k, np.float32) for k in n_rows]
     dsq = [np.zeros(k, np.float32) for k in n_rows]
-    xy = [np.zeros(k, np.float32) for k in n_rows]
     out = np.zeros((len(flat), 8))
-    high = np.full(len(flat), -np.inf)
-    low = np.full(len(flat), np.inf)
+    highs: list[list] = [[] for _ in flat]
+    lows: list[list] = [[] for _ in flat]
+    changed = [0] * len(flat)
     per = CHUNK // ROW
     d = np.empty((per, ROW), np.float32)
+    mask = np.empty((per, ROW), bool)
     for r0 in range(first * per, stop * per, per):
         r1 = r0 + per
         for t, b in enumerate(rows):
             if r0 >= n_rows[t]:
                 continue
             y = b[r0:r1]
+            k = len(y)
             _vecdot(y, y, out=sq[t][r0:r1])
-            high[t], low[t] = max(high[t], y.max()), min(low[t], y.min())
+            highs[t].append(y.max())
+            lows[t].append(y.min())
             if paired[t]:
-                x = rows[t - 1][r0:r1]
-                dd = np.subtract(y, x, out=d[:len(y)])
+                dd = np.subtract(y, rows[t - 1][r0:r1], out=d[:k])
                 _vecdot(dd, dd, out=dsq[t][r0:r1])
-                _vecdot(x, y, out=xy[t][r0:r1])
-                out[t, 6] += np.count_nonzero(bits[t - 1][r0:r1] != bits[t][r0:r1])
+                changed[t] += np.count_nonzero(
+                    np.not_equal(bits[t - 1][r0:r1], bits[t][r0:r1], out=mask[:k]))
+    high = np.array([np.max(h) if h else -np.inf for h in highs])  # NaN stays NaN
+    low = np.array([np.min(v) if v else np.inf for v in lows])
+    lo_row, hi_row = first * per, stop * per
     for t, b in enumerate(flat):
         f = out[t]
         f[0] = sq[t].sum(dtype=np.float64)
         if paired[t]:
             f[3] = dsq[t].sum(dtype=np.float64)
             f[4] = sq[t - 1].sum(dtype=np.float64)  # the step before's, over the same rows
-            f[5] = xy[t].sum(dtype=np.float64)
-        if first * per <= n_rows[t] < stop * per and b.size > n_rows[t] * ROW:  # the tail
+            # <a, b> = (|a|^2 + |b|^2 - |b - a|^2) / 2: no third product over the data; its
+            # error, like a direct product's, is ~1e-8 of |a| |b| (rows summed in float64)
+            f[5] = 0.5 * (f[4] + f[0] - f[3])
+            f[6] = changed[t]
+        if lo_row <= n_rows[t] < hi_row and b.size > n_rows[t] * ROW:  # the tail
             y = b[n_rows[t] * ROW:].astype(np.float64)
             f[0] += y @ y
             high[t], low[t] = max(high[t], y.max()), min(low[t], y.min())

@@ -1,19 +1,22 @@
 """`timeline(sources)`: how every leaf moved across a run's checkpoints.
 
 Checkpoints are opened lazily (headers only) and read leaf by leaf: for each key path, its
-leaf at each step in turn, each reduced on the device against the same leaf a step before
-(`step_kernel.py`), so every checkpoint is read once and memory holds two leaves, not two
-checkpoints. The figures are kept as sums (`sum x^2`, `sum (x_t - x_{t-1})^2`, `<x_{t-1}, x_t>`,
-...) so any subtree's figure is exact from its leaves' (`Timeline.table`).
+leaf at each step in turn, each reduced against the same leaf a step before, so every
+checkpoint is read once and memory holds a few leaves, not two checkpoints. On the CPU,
+float32 leaves are reduced by NumPy on the worker threads (`host_batches.py`,
+`host_step.py`: file-mapped leaves of up to three key paths at once, leaves read into memory
+two at a time); other dtypes and devices by the device kernel (`step_kernel.py`). The
+figures are kept as sums (`sum x^2`, `sum (x_t - x_{t-1})^2`, `<x_{t-1}, x_t>`, ...) so any
+subtree's figure is exact from its leaves' (`Timeline.table`).
 """
 
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -26,11 +29,13 @@ from inspector.core.devices import resolve_device
 from inspector.core.diff import diff
 from inspector.core.errors import InspectorError
 from inspector.core.health import step_kernel as sk
-from inspector.core.health.host_step import host_steps
+from inspector.core.health.host_batches import Batches, mapped
 from inspector.core.health.kernels import work_dtype
 from inspector.core.health.sources import checkpoint_folder, step_number
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import unpacked
+
+_DIFFS = ThreadPoolExecutor(1, thread_name_prefix="inspector-timeline-diff")
 
 METRICS = ("rel_change", "cosine", "l2", "max_abs", "nonfinite", "changed")
 """What `Timeline.table` can show: ||x_t - x_{t-1}|| / ||x_{t-1}||, cosine(x_{t-1}, x_t),
@@ -234,16 +239,23 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     device = resolve_device(device)
     labels, items = _resolve(sources, labels)
     trees = [_open(item, load) for item in items]
+    # the structural diffs (pure Python) run beside the reductions, in the waits for them
+    changes = _DIFFS.submit(_changes, trees, labels)
     flats = []
     order: dict[str, tuple[str, ...]] = {}
+    named: dict[tuple, tuple[str, tuple[str, ...]]] = {}  # key path -> its text, once a run
     for tree in trees:
         flat, _ = nodes.flatten(tree, with_path=True)
         leaves = {}
         for key, leaf in flat:
-            parts = tuple(jax.tree_util.keystr((k,)) for k in key)
-            path = "".join(parts)
-            order.setdefault(path, parts)
-            leaves[path] = leaf
+            # the key types too: dict keys 1, 1.0 and True are equal but print differently
+            sig = (key, tuple(type(getattr(k, "key", None)) for k in key))
+            found = named.get(sig)
+            if found is None:
+                parts = tuple(jax.tree_util.keystr((k,)) for k in key)
+                found = named[sig] = ("".join(parts), parts)
+            order.setdefault(*found)
+            leaves[found[0]] = leaf
         flats.append(leaves)
     paths = list(order)
     n, steps = len(paths), len(trees)
@@ -252,87 +264,66 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     sums = {k: np.full((n, steps), np.nan) for k in names}
     sums["present"] = np.zeros((n, steps), bool)
     sums["paired"] = np.zeros((n, steps), bool)
-    total = sum(len(f) for f in flats)
-    done = 0
-    pending = None  # the last dispatched kernel: resolved after the next leaf is read
+    state = [0, sum(len(f) for f in flats), None]
     on_host = device.platform == "cpu"
+    batches = Batches(lambda *a: _record(sums, *a), device)
     for i, path in enumerate(paths):
-        prev = prev_info = None
-        batch: list = []  # this path's float32 leaves on the host: [t, leaf, paired, recorded]
-        for t, leaves in enumerate(flats):
-            leaf = leaves.get(path)
-            info = leaf_info(leaf) if leaf is not None else None
-            work = work_dtype(info[1]) if info is not None and info[0] is not None else None
-            if work is None:
-                prev = prev_info = None
-                if leaf is not None:
-                    done += 1
-                continue
-            done += 1
-            paired = prev is not None and prev_info[:2] == info[:2]
-            size = math.prod(info[0])
-            if on_host and np.dtype(info[1]) == np.float32 and size:
-                # float32 on the CPU: reduced by NumPy where the leaves lie, all steps of
-                # this key path chunk by chunk (host_step.py)
-                x = np.asarray(leaf)
-                if not paired:
-                    _flush(sums, i, batch, device)
-                    batch = []
-                batch.append([t, x, paired, False])
-                if not _mapped(x) and len(batch) > 1:
-                    # read into memory (not a file's map): keep two such leaves at most
-                    _flush(sums, i, batch, device)
-                    batch = [batch[-1]]
-            else:
-                # reading this leaf overlaps the kernel dispatched for the one before (JAX
-                # runs it asynchronously); its figures are fetched only after the read
-                x = jax.device_put(np.asarray(leaf) if not isinstance(leaf, jax.Array)
-                                   else leaf, device)
-                if pending is not None:
-                    _resolve_pending(sums, *pending)
-                    pending = None
-                pair = (prev if paired else x, x)
-                result = sk.step_kernel(size, info[1], work)(*pair) if size else None
-                pending = (i, t, result, pair, size, info[1], work, paired)
-            prev, prev_info = x, info
-            if progress is not None:
-                progress(done, total)
-        _flush(sums, i, batch, device)
-    if pending is not None:
-        _resolve_pending(sums, *pending)
-    changes = _changes(trees, labels)
-    return Timeline(labels, paths, [order[p] for p in paths], sums, changes,
+        _path(sums, i, path, flats, batches, device, on_host, state, progress)
+    batches.drain()
+    if state[2] is not None:
+        _resolve_pending(sums, *state[2])
+    return Timeline(labels, paths, [order[p] for p in paths], sums, changes.result(),
                     time.perf_counter() - begin)
 
 
-def _mapped(x: np.ndarray) -> bool:
-    """Whether `x` lies in a memory map (a checkpoint file's pages, not a copy in memory)."""
-    while x is not None:
-        if isinstance(x, np.memmap | mmap.mmap):
-            return True
-        x = getattr(x, "base", None)
-    return False
-
-
-def _flush(sums, i, batch, device):
-    """Records the figures of `batch` (one key path's float32 leaves at successive steps,
-    each `[t, leaf, paired, recorded]`; `paired`: compared with the entry before) computed
-    chunk-major on the host; a pair whose sums come out non-finite (NaN/Inf) is reduced again
-    by the careful kernel."""
-    todo = [e for e in batch if not e[3]]
-    if not todo:
-        return
-    figures = host_steps([e[1] for e in batch], [e[2] and k > 0 for k, e in enumerate(batch)])
-    for k, (t, x, paired, recorded) in enumerate(batch):
-        if recorded:
+def _path(sums, i, path, flats, batches, device, on_host, state, progress):
+    """Reduces key path `i`'s leaf at every step (float32 leaves on the CPU by `batches`, on
+    the worker threads, while the next path is read).
+    `state`: `[leaf reads done, of all, the last dispatched device kernel]` (that kernel's
+    figures are fetched after the next leaf is read)."""
+    done, total, pending = state
+    prev = prev_info = None
+    batch: list = []  # this path's float32 leaves on the host: [t, leaf, paired, recorded]
+    for t, leaves in enumerate(flats):
+        leaf = leaves.get(path)
+        info = leaf_info(leaf) if leaf is not None else None
+        work = work_dtype(info[1]) if info is not None and info[0] is not None else None
+        if work is None:
+            prev = prev_info = None
+            if leaf is not None:
+                done += 1
             continue
-        f = figures[k]
-        if not np.isfinite(f).all():
-            pair = (batch[k - 1][1] if paired else x, x)
-            f = np.asarray(sk.careful_kernel(x.size, "float32", "float32")(
-                *jax.device_put(pair, device)), np.float64)
-        _record(sums, i, t, f, x.size, paired)
-        batch[k][3] = True
+        done += 1
+        paired = prev is not None and prev_info[:2] == info[:2]
+        size = math.prod(info[0])
+        if on_host and np.dtype(info[1]) == np.float32 and size:
+            # float32 on the CPU: reduced by NumPy where the leaves lie, all steps of
+            # this key path chunk by chunk (host_step.py)
+            x = batches.leaf(leaf)
+            if not paired:
+                batches.submit(i, batch)
+                batch = []
+            batch.append([t, x, paired, False])
+            if not mapped(x) and len(batch) > 1:
+                # read into memory (not a file's map): keep two such leaves at most
+                batches.submit(i, batch)
+                batch = [batch[-1]]
+        else:
+            # reading this leaf overlaps the kernel dispatched for the one before (JAX
+            # runs it asynchronously); its figures are fetched only after the read
+            x = jax.device_put(np.asarray(leaf) if not isinstance(leaf, jax.Array)
+                               else leaf, device)
+            if pending is not None:
+                _resolve_pending(sums, *pending)
+                pending = None
+            pair = (prev if paired else x, x)
+            result = sk.step_kernel(size, info[1], work)(*pair) if size else None
+            pending = (i, t, result, pair, size, info[1], work, paired)
+        prev, prev_info = x, info
+        if progress is not None:
+            progress(done, total)
+    batches.submit(i, batch)
+    state[:] = done, total, pending
 
 
 def _resolve_pending(sums, i, t, result, pair, size, dtype, work, paired):
