@@ -37,7 +37,8 @@ import jax
 import numpy as np
 
 from inspector.core.calls import Call
-from inspector.core.host_read import host_buffer, readable_in_place
+from inspector.core.errors import LoadError
+from inspector.core.host_read import count_read, host_buffer, readable_in_place
 from inspector.core.kernel_cache import compiled_kernel
 from inspector.core.output_slots import _untouched
 
@@ -159,7 +160,7 @@ class _Maps:
         """Raises unless the file still holds `end` bytes: a map read past a file that shrank
         meanwhile would kill the process (SIGBUS) instead of raising."""
         if os.fstat(self._maps[path][2]).st_size < end:
-            raise OSError(f"{path}: the file is shorter than when it was opened; it changed "
+            raise LoadError(f"{path}: the file is shorter than when it was opened; it changed "
                           "after it was opened: load it again.")
 
     def close(self) -> None:
@@ -200,6 +201,7 @@ class _Input:
     def array(self, pieces: list[tuple[str, int, int]]) -> tuple[np.ndarray, int]:
         """The chunk's input (`size + pad` elements) and the shift of its first element."""
         item = self.dtype.itemsize
+        count_read(sum(nbytes for _, _, nbytes in pieces), len(pieces))
         if len(pieces) == 1:
             path, at, _ = pieces[0]
             mapped = self.maps.get(path)
@@ -241,7 +243,7 @@ def _pread(path: str, offset: int, dest: np.ndarray) -> None:
         while done < len(view):
             n = os.preadv(fd, [view[done:]], offset + done)
             if n <= 0:
-                raise OSError(f"{path}: the file ended before byte {offset + len(view)}; it "
+                raise LoadError(f"{path}: the file ended before byte {offset + len(view)}; it "
                               "changed after it was opened: load it again.")
             done += n
     finally:

@@ -39,9 +39,17 @@ _POPULATE_WRITE = {"ok": hasattr(mmap.mmap, "madvise")}
 
 
 def stats() -> dict[str, int]:
-    """Bytes and leaves read into place (`preadv`) since the process started."""
+    """Bytes and leaves read into place (`preadv`, or used from a map of the file by a
+    chunked stream) since the process started."""
     with _STATS_LOCK:
         return dict(_STATS)
+
+
+def count_read(nbytes: int, reads: int = 1) -> None:
+    """Adds a read made elsewhere (a chunked stream's map or gather) to `stats()`."""
+    with _STATS_LOCK:
+        _STATS["bytes"] += nbytes
+        _STATS["reads"] += reads
 
 
 def host_buffer(nbytes: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 import inspector
 from inspector.core import chunked_stream
+from inspector.core.errors import LoadError
 from inspector.core.merge import kernels
 
 
@@ -113,7 +114,7 @@ def test_a_file_that_shrank_midway_leaves_no_file_under_the_final_name(tmp_path,
     with open(path, "r+b") as f:  # after `load`: the header still names every tensor
         f.truncate(os.path.getsize(path) // 2)
     monkeypatch.setattr(chunked_stream, "CHUNK_BYTES", 16384)
-    with pytest.raises(OSError, match="changed after it was opened"):
+    with pytest.raises(LoadError, match="changed after it was opened"):
         inspector.weighted_sum([a, a], [0.5, 0.5], out=out)
     assert out.read_bytes() == b"older"
     assert sorted(os.listdir(tmp_path)) == ["a.safetensors", "m.safetensors"]
@@ -174,7 +175,7 @@ def test_a_file_that_shrinks_during_the_stream_raises_instead_of_crashing(tmp_pa
             with open(path, "r+b") as f:
                 f.truncate(os.path.getsize(path) // 2)
 
-    with pytest.raises(OSError, match="changed after it was opened"):
+    with pytest.raises(LoadError, match="changed after it was opened"):
         inspector.weighted_sum([a, a], [0.5, 0.5], out=tmp_path / "m.safetensors",
                                progress=shrink)
     assert sorted(os.listdir(tmp_path)) == ["a.safetensors"]

@@ -134,7 +134,7 @@ def test_a_streamed_output_reuses_its_read_buffers(tmp_path, monkeypatch):
     before = host_read.stats()["bytes"]
     out = inspector.weighted_sum([a, b], [0.5, 0.5], out=tmp_path / "m.safetensors")
     assert host_read.stats()["bytes"] - before == _nbytes(a) + _nbytes(b)  # each byte once
-    assert 0 < len(made) <= 6  # 40 weight reads through at most two calls' buffers in flight
+    assert len(made) <= 6  # 40 weight reads: reused buffers (chunked: maps and one gather)
     ref = 0.5 * va["layer7"]["w"].astype(np.float64) + 0.5 * vb["layer7"]["w"]
     np.testing.assert_allclose(np.asarray(out["layer7"]["w"]), ref, rtol=1e-6)
 
