@@ -57,30 +57,49 @@ def fp8_bits(codes, code_dtype):
     return jax.lax.bitcast_convert_type(sign | body, jnp.float32)
 
 
+def bf16_bits(y):
+    """float32 -> bfloat16 by integer ops, bit for bit what XLA's own conversion gives
+    (round to nearest even; a NaN keeps its sign and becomes the quiet NaN; subnormals are
+    rounded, not flushed; tested on every kind of float32).
+
+    On the CPU, XLA expands its float32 -> bfloat16 conversion inline too, but in a form that
+    keeps LLVM's loop vectorizer at 8 lanes where this one takes 16 (with AVX-512) and fewer
+    instructions: `bench_quant.py` measured the FP8 kernel's CPU time about 10 % lower."""
+    u = jax.lax.bitcast_convert_type(y, jnp.uint32)
+    rounded = (u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16
+    quiet = ((u >> 16) & np.uint32(0xFF80)) | np.uint32(0x40)
+    half = jnp.where(jnp.isnan(y), quiet, rounded).astype(jnp.uint16)
+    return jax.lax.bitcast_convert_type(half, jnp.bfloat16)
+
+
 def make_fp8(shape: tuple, block: tuple, kind: str, out_dtype: str,
              code_dtype=None, bits: bool = False):
     """`w = float(code) * scale`, the scale repeated over its block (ceil tiling).
 
     With `bits` (the CPU), codes are decoded from their bits (`fp8_bits`): XLA's CPU
     conversion from float8 is element by element in software, several times slower; GPUs
-    convert float8 in hardware and take `astype`."""
+    convert float8 in hardware and take `astype`. On the CPU a bfloat16 output is rounded
+    by `bf16_bits` (the same bits as `astype`, fewer instructions)."""
     divisible = all(n % b == 0 for n, b in zip(shape, block, strict=True))
+
+    def cast(w):
+        return bf16_bits(w) if bits and out_dtype == "bfloat16" else w.astype(out_dtype)
 
     def kernel(out, codes, scale):
         del out  # donated: the result is written into its memory
         x = fp8_bits(codes, code_dtype) if bits else _f32(codes)
         s = _f32(scale)
         if kind == "per-tensor":
-            return (x * s.reshape(())).astype(out_dtype)
+            return cast(x * s.reshape(()))
         s = s.reshape(tuple(-(-n // b) for n, b in zip(shape, block, strict=True)))
         if divisible:  # view the codes as (s0, b0, s1, b1, ...) and broadcast the scales
             split = tuple(d for n, b in zip(shape, block, strict=True) for d in (n // b, b))
             spread = tuple(d for n in s.shape for d in (n, 1))
-            return (x.reshape(split) * s.reshape(spread)).reshape(shape).astype(out_dtype)
+            return cast((x.reshape(split) * s.reshape(spread)).reshape(shape))
         for axis, (n, b) in enumerate(zip(shape, block, strict=True)):
             if b > 1:
                 s = jax.lax.slice_in_dim(jnp.repeat(s, b, axis=axis), 0, n, axis=axis)
-        return (x * s).astype(out_dtype)
+        return cast(x * s)
 
     return kernel
 
