@@ -1,18 +1,26 @@
 """`quant_groups` over a 100,000-leaf FP8 checkpoint structure, and FP8 dequantize against
 the memory-bandwidth reference (`bandwidth.py`), from one run.
 
-    PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--compare-table]
-                                                  [--compare-groups REV]
+    PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--only groups|dequantize]
+                                                  [--compare-table] [--compare-groups REV]
 
 1. quant_groups: a DeepSeek-V3-like tree of lazy leaves (no data: only shapes and dtypes are
    read), 7 linear layers per block, each an (256, 384) float8_e4m3fn weight and its (2, 3)
    float32 `weight_scale_inv`: 50,000 groups, 100,000 leaves. Target: median <= 50 ms.
-2. dequantize: an FP8 block-scaled tree of 1e8 parameters in memory (host arrays, 2048 x
-   2048 weights with 16 x 16 scales), to bfloat16 with `inspector.run`; GB/s counts codes
-   and scales read plus bf16 written, divided by the best copy of the same run.
+2. dequantize: an FP8 block-scaled tree of 1e8 parameters (host arrays placed on JAX's default
+   device, `jax.devices()[0]`: the CPU here, a GPU where one is; 2048 x 2048 float8_e4m3fn
+   weights with 16 x 16 float32 scales), to bfloat16, planned and compiled once
+   (`PlannedRun`, as `inspector.run`); GB/s counts the bytes the op reads and writes: 1 byte
+   read per code + 4 per scale + 2 written per bf16 value (3.0002 bytes a parameter),
+   divided by the best copy of the same run (`bandwidth.py`, sampled between the op's).
+   Where one execution takes under 20 ms (a GPU) a sample times as many executions back to
+   back as fill 20 ms, ended by one wait, as the reference's XLA copy is timed (one timed
+   alone would measure Python's dispatch); on this CPU a sample is one execution.
    Beside it, the floor of any XLA kernel over the same bytes: the codes only widened to
    bfloat16. `--compare-table` runs it alternately with the CPU's former float8 decoder (a
    gather from a 256-entry table) and the current one (`kernels.fp8_bits`), twice each.
+
+`--only groups` or `--only dequantize` runs one of the two.
 
 `--compare-groups REV` times `quant_groups` alternately with the `groups.py` of git revision
 REV (loaded beside the current one in this process) and the current one, CPU time, and
@@ -21,6 +29,7 @@ checks that both give the same groups.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -130,6 +139,15 @@ def fp8_tree(n_params: float, side: int = 2048) -> dict:
             for i in range(n)}
 
 
+SAMPLE_SECONDS = 0.02
+"""A sample lasts at least this long: faster executions are repeated back to back."""
+
+
+def back_to_back(seconds: float) -> int:
+    """How many executions of `seconds` each one sample times (1 on this CPU)."""
+    return max(1, min(1000, int(SAMPLE_SECONDS / max(seconds, 1e-9))))
+
+
 def widen_kernel(tree: dict):
     """The floor of any XLA kernel over these bytes: each weight's codes only widened to
     bfloat16 (no decode, no scale), written into donated buffers, one batched kernel."""
@@ -141,40 +159,77 @@ def widen_kernel(tree: dict):
                    keep_unused=True)
     outs = [jnp.zeros(c.shape, jnp.bfloat16) for c in codes]
     moved = sum(c.size * 3 for c in codes)  # 1 byte read and 2 written per code
+    reps = 1
 
     def run() -> float:
         nonlocal outs
         start = time.perf_counter()
-        outs = step(outs, codes)
+        for _ in range(reps):
+            outs = step(outs, codes)
         jax.block_until_ready(outs)
-        return moved / (time.perf_counter() - start) / 1e9
+        return reps * moved / (time.perf_counter() - start) / 1e9
 
     run()  # compile
+    start = time.perf_counter()
+    run()
+    reps = back_to_back(time.perf_counter() - start)
     return run
 
 
+def dequantize_sampler(tree: dict):
+    """`(sample, result)`: `sample()` times back-to-back executions of the planned op and
+    returns its GB/s (bytes read + written); `result` is the `RunResult` of three single
+    executions (compile time, kernel calls, device)."""
+    from inspector.core.op import block
+    from inspector.core.runner import PlannedRun
+
+    planned = PlannedRun(inspector.dequantize, tree, "bfloat16")
+    out, _ = planned.execute()  # warm-up
+    times = [planned.execute()[1] for _ in range(3)]
+    result = planned.result(out, times)
+    moved = result.bytes_read + result.bytes_written
+    reps = back_to_back(statistics.median(times))
+
+    def sample() -> float:
+        start = time.perf_counter()
+        for _ in range(reps):
+            last = planned.plan.execute()  # each writes into the last one's donated buffers
+        block(last)
+        return reps * moved / (time.perf_counter() - start) / 1e9
+
+    return sample, result, reps
+
+
 def bench_dequantize(n_params: float, rounds: int) -> None:
+    import jax
     from bandwidth import Reference
 
     tree = fp8_tree(n_params)
     ref = Reference()
     widen = widen_kernel(tree)
+    sample, r, reps = dequantize_sampler(tree)
     samples, floor = [], []
     for _ in range(rounds):
         ref.sample()
-        r = inspector.run(inspector.dequantize, tree, "bfloat16", repeats=3)
-        samples.extend((r.bytes_read + r.bytes_written) / t / 1e9 for t in r.times)
+        samples.extend(sample() for _ in range(3))
         floor.extend(widen() for _ in range(3))
     ref.sample()
     name, best = ref.best()
     op, low = statistics.median(samples), statistics.median(floor)
+    n = sum(leaf["weight"].size for leaf in tree.values())
+    print(f"device {jax.devices()[0].device_kind} ({r.device}); bytes counted: "
+          f"{r.bytes_read:,} read + {r.bytes_written:,} written "
+          f"({(r.bytes_read + r.bytes_written) / n:.4f} a parameter); "
+          f"{reps} execution(s) back to back a sample")
     print(f"dequantize fp8 -> bf16, {n_params:.0e} params ({len(tree)} leaves of 2048x2048, "
           f"{r.n_kernels} kernel calls, compile {r.compile_seconds:.2f} s): "
-          f"{op:.1f} GB/s ({min(samples):.1f}-{max(samples):.1f}), reference {name} "
+          f"{op:.1f} GB/s median ({min(samples):.1f}-{max(samples):.1f}, n={len(samples)}; "
+          f"one execution alone {r.gbps:.1f}), reference {name} "
           f"{best:.1f} GB/s, ratio {op / best:.2f}; target >= 0.7")
     print(f"  an XLA kernel only widening the same codes to bf16: {low:.1f} GB/s "
           f"({min(floor):.1f}-{max(floor):.1f}), ratio {low / best:.2f}")
     print(ref.summary())
+    print(f"  load average {os.getloadavg()[0]:.1f}")
     ref.close()
 
 
@@ -213,8 +268,13 @@ def main() -> None:
         compare_groups(sys.argv[sys.argv.index("--compare-groups") + 1],
                        10_000 if quick else 100_000, 5 if quick else 15)
         return
-    bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
-    bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only not in (None, "groups", "dequantize"):
+        sys.exit(f"--only takes 'groups' or 'dequantize', not {only!r}")
+    if only in (None, "groups"):
+        bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
+    if only in (None, "dequantize"):
+        bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
 
 
 if __name__ == "__main__":
