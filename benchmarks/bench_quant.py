@@ -17,8 +17,10 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
    back as fill 20 ms, ended by one wait, as the reference's XLA copy is timed (one timed
    alone would measure Python's dispatch); on this CPU a sample is one execution.
    Beside it, the floor of any XLA kernel over the same bytes: the codes only widened to
-   bfloat16. `--compare-table` runs it alternately with the CPU's former float8 decoder (a
-   gather from a 256-entry table) and the current one (`kernels.fp8_bits`), twice each.
+   bfloat16. `--compare-table` times it alternately with the CPU's former float8 decoder (a
+   gather from a 256-entry table) and the current one (`kernels.fp8_bits`), in one process;
+   `--compare-cast` with XLA's own float32 -> bfloat16 conversion and the current one
+   (`kernels.bf16_bits`). Both print the CPU time of each too.
 
 `--only groups` or `--only dequantize` runs one of the two.
 
@@ -242,28 +244,75 @@ def table_decoder(codes, code_dtype):
     return jnp.asarray(values)[jax.lax.bitcast_convert_type(codes, jnp.uint8)]
 
 
-def compare_table(n_params: float, pairs: int) -> None:
-    """`bench_dequantize` with the table decoder and with the bits, alternately."""
+def xla_cast(y):
+    """The CPU's float32 -> bfloat16 rounding before `kernels.bf16_bits`: XLA's own."""
+    import jax.numpy as jnp
+
+    return y.astype(jnp.bfloat16)
+
+
+VARIANTS = {  # name -> {kernels attribute: replacement}
+    "table": {"fp8_bits": table_decoder},
+    "xla-cast": {"bf16_bits": xla_cast},
+    "now": {},
+}
+
+
+def compare(names: list[str], n_params: float, rounds: int) -> None:
+    """The dequantize kernels of `VARIANTS[name]`, each planned and compiled apart, timed
+    alternately with the reference copies in one process: GB/s and CPU time per execution
+    (the CPU time moves less with the machine's load than the wall time)."""
+    from bandwidth import Reference
+
     from inspector.core import kernel_cache
     from inspector.core.quant import kernels
 
-    bits = kernels.fp8_bits
-    try:
-        for _ in range(pairs):
-            for name, decoder in (("table", table_decoder), ("bits", bits)):
-                kernels.fp8_bits = decoder
-                kernel_cache.clear_cache()  # the kernels are cached by shape: build them anew
-                print(f"-- {name} decoder:")
-                bench_dequantize(n_params, 3)
-    finally:
-        kernels.fp8_bits = bits
+    tree = fp8_tree(n_params)
+    samplers = {}
+    for name in names:
+        saved = {attr: getattr(kernels, attr) for attr in VARIANTS[name]}
+        try:
+            for attr, value in VARIANTS[name].items():
+                setattr(kernels, attr, value)
+            kernel_cache.clear_cache()  # kernels are cached by key: build this variant's
+            samplers[name] = dequantize_sampler(tree)[0]
+        finally:
+            for attr, value in saved.items():
+                setattr(kernels, attr, value)
+    ref = Reference()
+    gbps: dict = {name: [] for name in names}
+    cpu: dict = {name: [] for name in names}
+    for _ in range(rounds):
+        ref.sample()
+        for name, sample in samplers.items():
+            for _ in range(3):
+                start = time.process_time()
+                gbps[name].append(sample())
+                cpu[name].append(time.process_time() - start)
+    ref.sample()
+    ref_name, best = ref.best()
+    print(f"dequantize fp8 -> bf16 of {n_params:.0e} params, variants alternated "
+          f"({rounds} rounds of 3; load average {os.getloadavg()[0]:.1f}); reference "
+          f"{ref_name} {best:.1f} GB/s:")
+    for name in names:
+        g = gbps[name]
+        print(f"  {name:>9}: {statistics.median(g):5.1f} GB/s ({min(g):.1f}-{max(g):.1f}) "
+              f"ratio {statistics.median(g) / best:.2f}; CPU time "
+              f"{statistics.median(cpu[name]) * 1e3:.1f} ms a sample "
+              f"(min {min(cpu[name]) * 1e3:.1f})")
+    print(ref.summary())
+    ref.close()
 
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    if "--compare-table" in sys.argv:
-        compare_table(1e6 if quick else 1e8, 2)
-        return
+    for flag, names in (("--compare-table", ["table", "now"]),
+                        ("--compare-cast", ["xla-cast", "now"])):
+        if flag in sys.argv:
+            # a kernel stored on disk is found by its call's key, which a variant keeps
+            os.environ["INSPECTOR_EXECUTABLE_CACHE"] = "0"
+            compare(names, 1e6 if quick else 1e8, 3 if quick else 6)
+            return
     if "--compare-groups" in sys.argv:
         compare_groups(sys.argv[sys.argv.index("--compare-groups") + 1],
                        10_000 if quick else 100_000, 5 if quick else 15)

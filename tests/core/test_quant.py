@@ -383,3 +383,23 @@ def test_fp8_to_bfloat16_on_the_cpu_equals_numpy_bit_for_bit(code_dtype):
         nan = np.isnan(want.astype(np.float32))
         assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
         np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float16", "float32"])
+def test_fp8_kernel_of_a_gpu_and_of_the_cpu_give_the_same_bits(out_dtype):
+    """A GPU takes `astype` (hardware float8 conversion) where the CPU decodes bits and rounds
+    to bfloat16 by integer ops: both formulations, run here, agree bit for bit."""
+    import jax
+
+    from inspector.core.quant import kernels
+
+    rng = np.random.default_rng(2)
+    codes = rng.integers(0, 256, (256, 384), dtype=np.uint8).view(F8)
+    scale = rng.uniform(1e-3, 1e3, (2, 3)).astype(np.float32)
+    got = {}
+    for bits in (False, True):
+        kernel = kernels.make_fp8((256, 384), (128, 128), "block", out_dtype, F8, bits)
+        got[bits] = np.asarray(jax.jit(lambda c, s, k=kernel: k(None, c, s))(codes, scale))
+    nan = np.isnan(got[True].astype(np.float32))
+    assert np.array_equal(np.isnan(got[False].astype(np.float32)), nan) and nan.sum() > 0
+    np.testing.assert_array_equal(got[False][~nan].view(np.uint8), got[True][~nan].view(np.uint8))
