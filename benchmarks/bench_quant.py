@@ -18,7 +18,9 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
    back as fill 20 ms, ended by one wait, as the reference's XLA copy is timed (one timed
    alone would measure Python's dispatch); on this CPU a sample is one execution.
    Beside it, the floor of any XLA kernel over the same bytes: the codes only widened to
-   bfloat16. `--compare-table` times it alternately with the CPU's former float8 decoder (a
+   bfloat16. Then a 60-layer tree of 420 small FP8 weights: an execution's cost beyond its
+   kernels (rebuilding the result tree).
+   `--compare-table` times the 1e8 case alternately with the CPU's former float8 decoder (a
    gather from a 256-entry table) and the current one (`kernels.fp8_bits`), in one process;
    `--compare-cast` with XLA's own float32 -> bfloat16 conversion and the current one
    (`kernels.bf16_bits`). Both print the CPU time of each too.
@@ -205,6 +207,33 @@ def dequantize_sampler(tree: dict):
     return sample, result, reps
 
 
+def bench_many_groups(layers: int = 60) -> None:
+    """A DeepSeek-like tree of `layers` x 7 small FP8 weights (128 x 128, one scale each):
+    what an execution costs beyond its kernels, mostly rebuilding the result tree."""
+    from inspector.core.quant import dequantize as D
+
+    rng = np.random.default_rng(0)
+    codes = rng.standard_normal((128, 128)).astype(ml_dtypes.float8_e4m3fn)
+    one = np.ones((1, 1), np.float32)
+    tree = {"model": {"layers": {str(i): {
+        part: {name: {"weight": codes.copy(), "weight_scale_inv": one.copy()}
+               for name in names}
+        for part, names in (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")),
+                            ("mlp", ("gate_proj", "up_proj", "down_proj")))}
+        for i in range(layers)}}}
+    r = inspector.run(inspector.dequantize, tree, "bfloat16", repeats=7)
+    groups = [g for g in inspector.quant_groups(tree) if g.usable]
+    edits, outputs = D._edits(groups), {id(g): None for g in groups}
+    rebuild = []
+    for _ in range(7):
+        start = time.perf_counter()
+        D._rebuild(tree, (), edits, outputs)
+        rebuild.append(time.perf_counter() - start)
+    print(f"dequantize of {len(groups)} small fp8 weights ({layers} layers): median "
+          f"{r.median_seconds * 1e3:.2f} ms an execution ({r.n_kernels} kernel calls), of "
+          f"which rebuilding the result tree {statistics.median(rebuild) * 1e3:.2f} ms")
+
+
 def bench_dequantize(n_params: float, rounds: int) -> None:
     import jax
     from bandwidth import Reference
@@ -369,6 +398,7 @@ def main() -> None:
         bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
     if only in (None, "dequantize"):
         bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
+        bench_many_groups()
 
 
 if __name__ == "__main__":

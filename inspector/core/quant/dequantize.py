@@ -124,22 +124,31 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
 
 
 def _edits(groups: list[QuantGroup]) -> dict:
-    """Per holder (its steps): the members to drop and the logical weights to add."""
+    """Per holder (its steps): the members to drop and the logical weights to add; and under
+    the key `_BELOW`, per steps from the root, the next steps towards a holder (so each
+    execution's rebuild walks only those paths: scanning every holder at every node cost
+    50 ms an execution for 420 groups)."""
     edits: dict = {}
+    below: dict = {}
     for g in groups:
         drop, add = edits.setdefault(g.steps, (set(), []))
         drop.update(v for k, v in g.names.items() if k != "logical")
         add.append(g)
+        for i in range(len(g.steps)):
+            below.setdefault(g.steps[:i], set()).add(g.steps[i])
+    edits[_BELOW] = below
     return edits
+
+
+_BELOW = object()  # never a tuple of steps
 
 
 def _rebuild(node, steps: tuple, edits: dict, outputs: dict):
     """The tree with each group's members replaced by its output (other leaves as they are)."""
-    below = [s for s in edits if len(s) > len(steps) and s[:len(steps)] == steps]
+    nexts = edits[_BELOW].get(steps, ())
     here = edits.get(steps)
-    if here is None and not below:
+    if here is None and not nexts:
         return node
-    nexts = {s[len(steps)] for s in below}
     if isinstance(node, dict) or (here is not None and hasattr(node, "items")):
         items = dict(node.items())
         if here is not None:
