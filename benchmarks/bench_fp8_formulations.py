@@ -10,7 +10,8 @@ Each formulation is one jitted kernel over the benchmark's weights (23 float8_e4
 writing bf16 into donated buffers, like the op's batched call. GB/s counts 1 byte read per
 code, 4 per scale and 2 written per value; CPU time is the process's (both XLA threads).
 `--vector-width 512` compiles with XLA's `xla_cpu_prefer_vector_width=512` (AVX-512; the
-default is 256). Names (default: all but `chunks`, which is slow):
+default is 256); a name written `NAME@512` compiles that one alone so. Names (default: all
+but `chunks`, which is slow):
 
 - `now`: `kernels.fp8_bits` decode, block scale broadcast by a reshape, `kernels.bf16_bits`
 - `xla-cast`: the same with XLA's own float32 -> bfloat16 conversion (the kernel before)
@@ -124,15 +125,19 @@ def main() -> None:
                                                                                else 5)
     options = ({"xla_cpu_prefer_vector_width": int(args[args.index("--vector-width") + 1])}
                if "--vector-width" in args else {})
-    names = [a for a in args if a in FORMULATIONS] or [n for n in FORMULATIONS
-                                                       if n != "chunks"]
+    names = [a for a in args if a.partition("@")[0] in FORMULATIONS] or [
+        n for n in FORMULATIONS if n != "chunks"]
     rng = np.random.default_rng(0)
     n = 1 if quick else int(1e8) // (SIDE * SIDE)
     codes = [jax.device_put(rng.standard_normal((SIDE, SIDE)).astype(F8)) for _ in range(n)]
     scales = [jax.device_put(rng.uniform(1e-3, 1e-2, (16, 16)).astype(np.float32))
               for _ in range(n)]
-    check(names, codes, scales)
-    runs = {name: kernel(FORMULATIONS[name], codes, scales, options) for name in names}
+    check({name.partition("@")[0] for name in names}, codes, scales)
+    runs = {}
+    for name in names:  # NAME@512: this one with xla_cpu_prefer_vector_width=512
+        base, _, width = name.partition("@")
+        runs[name] = kernel(FORMULATIONS[base], codes, scales,
+                            {"xla_cpu_prefer_vector_width": int(width)} if width else options)
     ref = Reference()
     gbps: dict = {name: [] for name in names}
     cpu: dict = {name: [] for name in names}

@@ -403,3 +403,27 @@ def test_fp8_kernel_of_a_gpu_and_of_the_cpu_give_the_same_bits(out_dtype):
     nan = np.isnan(got[True].astype(np.float32))
     assert np.array_equal(np.isnan(got[False].astype(np.float32)), nan) and nan.sum() > 0
     np.testing.assert_array_equal(got[False][~nan].view(np.uint8), got[True][~nan].view(np.uint8))
+
+
+def test_cpu_fp8_kernels_ask_for_wide_vectors_and_batches_keep_the_options():
+    import jax
+
+    from inspector.core.calls import Call, batch_call
+    from inspector.core.quant import kernels
+    from inspector.core.quant.dequantize import plan_dequantize
+
+    rng = np.random.default_rng(3)
+    tree = {f"l{i}": {"weight": P.fp8_codes(rng, (256, 256)),
+                      "weight_scale_inv": np.ones((2, 2), np.float32)} for i in range(3)}
+    plan = plan_dequantize(tree, "bfloat16", device=jax.devices("cpu")[0])
+    assert kernels.cpu_options() in ((), kernels.WIDE_VECTORS)
+    assert all(call.options == kernels.cpu_options() for call in plan.calls)
+    assert all(kernels.cpu_options() in call.key[4] for call in plan.calls)  # in the key
+    a = Call(("a",), lambda: None, [], options=(("x", 1),))
+    b = Call(("b",), lambda: None, [], options=(("x", 2), ("y", 3)))
+    assert batch_call([a, b]).options == (("x", 1), ("y", 3))
+    assert batch_call([Call(("c",), lambda: None, [])]).options == ()
+    out = plan.execute()  # compiled with the options: values as without them
+    for i in range(3):
+        want = tree[f"l{i}"]["weight"].astype(np.float32).astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(np.asarray(out[f"l{i}"]["weight"]), want)

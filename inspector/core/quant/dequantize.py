@@ -53,6 +53,7 @@ def _call(group: QuantGroup, node, dtype: str, device) -> Call:
     shapes = tuple(tuple(m.shape) for m in members)
     dtypes = tuple(str(np.dtype(m.dtype)) for m in members)
     shape = group.shape
+    options = ()  # XLA compiler options (the CPU's fp8 kernels: 512-bit vectors)
     if group.scheme == S.FP8:
         kind = "per-tensor" if math.prod(shapes[1]) == 1 else "block"
         block = group.block if kind == "block" else shape
@@ -60,7 +61,8 @@ def _call(group: QuantGroup, node, dtype: str, device) -> Call:
         code_dtype = np.dtype(members[0].dtype)
         make = lambda: kernels.make_fp8(shape, block, kind, dtype,  # noqa: E731
                                         code_dtype, bits)
-        static = (kind, block, bits)
+        options = kernels.cpu_options() if bits else ()
+        static = (kind, block, bits, options)
     elif group.scheme == S.MXFP4:
         make = lambda: kernels.make_mxfp4(shapes[0], dtype)  # noqa: E731
         static = ()
@@ -78,8 +80,8 @@ def _call(group: QuantGroup, node, dtype: str, device) -> Call:
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
     if worth_donating(nbytes, members):  # into a reused buffer: no fresh pages to fault
         out = output_buffer(shape, dtype, device)
-        return Call(key, make, [out, *members], donate=(0,), carry=True)
-    return Call(("streamed", *key), lambda: _no_out(make()), members)
+        return Call(key, make, [out, *members], donate=(0,), carry=True, options=options)
+    return Call(("streamed", *key), lambda: _no_out(make()), members, options=options)
 
 
 def _no_out(kernel):
