@@ -3,6 +3,7 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
 
     PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--only groups|dequantize]
                                                   [--compare-table] [--compare-cast]
+                                                  [--compare-before]
                                                   [--stores] [--compare-groups REV]
 
 1. quant_groups: a DeepSeek-V3-like tree of lazy leaves (no data: only shapes and dtypes are
@@ -23,7 +24,8 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
    `--compare-table` times the 1e8 case alternately with the CPU's former float8 decoder (a
    gather from a 256-entry table) and the current one (`kernels.fp8_bits`), in one process;
    `--compare-cast` with XLA's own float32 -> bfloat16 conversion and the current one
-   (`kernels.bf16_bits`). Both print the CPU time of each too.
+   (`kernels.bf16_bits`); `--compare-before` with the kernel before both this and the
+   512-bit vectors (`kernels.WIDE_VECTORS`). Each prints the CPU time of each too.
 
 `--only groups` or `--only dequantize` runs one of the two. `--stores` times the reference's
 memcpy against copies by ordinary vector stores (NumPy's and XLA's): the write-allocate
@@ -286,6 +288,7 @@ def xla_cast(y):
 VARIANTS = {  # name -> {kernels attribute: replacement}
     "table": {"fp8_bits": table_decoder},
     "xla-cast": {"bf16_bits": xla_cast},
+    "before": {"bf16_bits": xla_cast, "cpu_options": lambda: ()},  # as at commit 702a421
     "now": {},
 }
 
@@ -378,7 +381,8 @@ def stores(rounds: int) -> None:
 def main() -> None:
     quick = "--quick" in sys.argv
     for flag, names in (("--compare-table", ["table", "now"]),
-                        ("--compare-cast", ["xla-cast", "now"])):
+                        ("--compare-cast", ["xla-cast", "now"]),
+                        ("--compare-before", ["before", "now"])):
         if flag in sys.argv:
             # a kernel stored on disk is found by its call's key, which a variant keeps
             os.environ["INSPECTOR_EXECUTABLE_CACHE"] = "0"
