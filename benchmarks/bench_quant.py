@@ -2,7 +2,9 @@
 the memory-bandwidth reference (`bandwidth.py`), from one run.
 
     PYTHONPATH=. python benchmarks/bench_quant.py [--quick] [--only groups|dequantize]
-                                                  [--compare-table] [--compare-groups REV]
+                                                  [--compare-table] [--compare-cast]
+                                                  [--compare-before]
+                                                  [--stores] [--compare-groups REV]
 
 1. quant_groups: a DeepSeek-V3-like tree of lazy leaves (no data: only shapes and dtypes are
    read), 7 linear layers per block, each an (256, 384) float8_e4m3fn weight and its (2, 3)
@@ -10,12 +12,27 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
    Each timed call is the first on a tree built just before it (a new object: nothing of
    an earlier call, on this tree or another, is kept and found again), interleaved with a
    bare walk of the same tree.
-2. dequantize: an FP8 block-scaled tree of 1e8 parameters in memory (host arrays, 2048 x
-   2048 weights with 16 x 16 scales), to bfloat16 with `inspector.run`; GB/s counts codes
-   and scales read plus bf16 written, divided by the best copy of the same run.
+2. dequantize: an FP8 block-scaled tree of 1e8 parameters (host arrays placed on JAX's default
+   device, `jax.devices()[0]`: the CPU here, a GPU where one is; 2048 x 2048 float8_e4m3fn
+   weights with 16 x 16 float32 scales), to bfloat16, planned and compiled once
+   (`PlannedRun`, as `inspector.run`); GB/s counts the bytes the op reads and writes: 1 byte
+   read per code + 4 per scale + 2 written per bf16 value (3.0002 bytes a parameter),
+   divided by the best copy of the same run (`bandwidth.py`, sampled between the op's).
+   Where one execution takes under 20 ms (a GPU) a sample times as many executions back to
+   back as fill 20 ms, ended by one wait, as the reference's XLA copy is timed (one timed
+   alone would measure Python's dispatch); on this CPU a sample is one execution.
    Beside it, the floor of any XLA kernel over the same bytes: the codes only widened to
-   bfloat16. `--compare-table` runs it alternately with the CPU's former float8 decoder (a
-   gather from a 256-entry table) and the current one (`kernels.fp8_bits`), twice each.
+   bfloat16. Then a 60-layer tree of 420 small FP8 weights: an execution's cost beyond its
+   kernels (rebuilding the result tree).
+   `--compare-table` times the 1e8 case alternately with the CPU's former float8 decoder (a
+   gather from a 256-entry table) and the current one (`kernels.fp8_bits`), in one process;
+   `--compare-cast` with XLA's own float32 -> bfloat16 conversion and the current one
+   (`kernels.bf16_bits`); `--compare-before` with the kernel before both this and the
+   512-bit vectors (`kernels.WIDE_VECTORS`). Each prints the CPU time of each too.
+
+`--only groups` or `--only dequantize` runs one of the two. `--stores` times the reference's
+memcpy against copies by ordinary vector stores (NumPy's and XLA's): the write-allocate
+that caps a CPU kernel's ratio (see `stores`).
 
 `--compare-groups REV` times `quant_groups` alternately with the `groups.py` of git revision
 REV (loaded beside the current one in this process) and the current one, CPU time, each
@@ -26,6 +43,7 @@ before each of its calls), and checks that both give the same groups.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import sys
 import time
@@ -143,6 +161,15 @@ def fp8_tree(n_params: float, side: int = 2048) -> dict:
             for i in range(n)}
 
 
+SAMPLE_SECONDS = 0.02
+"""A sample lasts at least this long: faster executions are repeated back to back."""
+
+
+def back_to_back(seconds: float) -> int:
+    """How many executions of `seconds` each one sample times (1 on this CPU)."""
+    return max(1, min(1000, int(SAMPLE_SECONDS / max(seconds, 1e-9))))
+
+
 def widen_kernel(tree: dict):
     """The floor of any XLA kernel over these bytes: each weight's codes only widened to
     bfloat16 (no decode, no scale), written into donated buffers, one batched kernel."""
@@ -154,16 +181,72 @@ def widen_kernel(tree: dict):
                    keep_unused=True)
     outs = [jnp.zeros(c.shape, jnp.bfloat16) for c in codes]
     moved = sum(c.size * 3 for c in codes)  # 1 byte read and 2 written per code
+    reps = 1
 
     def run() -> float:
         nonlocal outs
         start = time.perf_counter()
-        outs = step(outs, codes)
+        for _ in range(reps):
+            outs = step(outs, codes)
         jax.block_until_ready(outs)
-        return moved / (time.perf_counter() - start) / 1e9
+        return reps * moved / (time.perf_counter() - start) / 1e9
 
     run()  # compile
+    start = time.perf_counter()
+    run()
+    reps = back_to_back(time.perf_counter() - start)
     return run
+
+
+def dequantize_sampler(tree: dict):
+    """`(sample, result)`: `sample()` times back-to-back executions of the planned op and
+    returns its GB/s (bytes read + written); `result` is the `RunResult` of three single
+    executions (compile time, kernel calls, device)."""
+    from inspector.core.op import block
+    from inspector.core.runner import PlannedRun
+
+    planned = PlannedRun(inspector.dequantize, tree, "bfloat16")
+    out, _ = planned.execute()  # warm-up
+    times = [planned.execute()[1] for _ in range(3)]
+    result = planned.result(out, times)
+    moved = result.bytes_read + result.bytes_written
+    reps = back_to_back(statistics.median(times))
+
+    def sample() -> float:
+        start = time.perf_counter()
+        for _ in range(reps):
+            last = planned.plan.execute()  # each writes into the last one's donated buffers
+        block(last)
+        return reps * moved / (time.perf_counter() - start) / 1e9
+
+    return sample, result, reps
+
+
+def bench_many_groups(layers: int = 60) -> None:
+    """A DeepSeek-like tree of `layers` x 7 small FP8 weights (128 x 128, one scale each):
+    what an execution costs beyond its kernels, mostly rebuilding the result tree."""
+    from inspector.core.quant import dequantize as D
+
+    rng = np.random.default_rng(0)
+    codes = rng.standard_normal((128, 128)).astype(ml_dtypes.float8_e4m3fn)
+    one = np.ones((1, 1), np.float32)
+    tree = {"model": {"layers": {str(i): {
+        part: {name: {"weight": codes.copy(), "weight_scale_inv": one.copy()}
+               for name in names}
+        for part, names in (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")),
+                            ("mlp", ("gate_proj", "up_proj", "down_proj")))}
+        for i in range(layers)}}}
+    r = inspector.run(inspector.dequantize, tree, "bfloat16", repeats=7)
+    groups = [g for g in inspector.quant_groups(tree) if g.usable]
+    edits, outputs = D._edits(groups), {id(g): None for g in groups}
+    rebuild = []
+    for _ in range(7):
+        start = time.perf_counter()
+        D._rebuild(tree, (), edits, outputs)
+        rebuild.append(time.perf_counter() - start)
+    print(f"dequantize of {len(groups)} small fp8 weights ({layers} layers): median "
+          f"{r.median_seconds * 1e3:.2f} ms an execution ({r.n_kernels} kernel calls), of "
+          f"which rebuilding the result tree {statistics.median(rebuild) * 1e3:.2f} ms")
 
 
 def bench_dequantize(n_params: float, rounds: int) -> None:
@@ -173,33 +256,29 @@ def bench_dequantize(n_params: float, rounds: int) -> None:
     tree = fp8_tree(n_params)
     ref = Reference()
     widen = widen_kernel(tree)
+    sample, r, reps = dequantize_sampler(tree)
     samples, floor = [], []
     for _ in range(rounds):
         ref.sample()
-        r = inspector.run(inspector.dequantize, tree, "bfloat16", repeats=3)
-        samples.extend((r.bytes_read + r.bytes_written) / t / 1e9 for t in r.times)
+        samples.extend(sample() for _ in range(3))
         floor.extend(widen() for _ in range(3))
     ref.sample()
     name, best = ref.best()
     op, low = statistics.median(samples), statistics.median(floor)
+    n = sum(leaf["weight"].size for leaf in tree.values())
+    print(f"device {jax.devices()[0].device_kind} ({r.device}); bytes counted: "
+          f"{r.bytes_read:,} read + {r.bytes_written:,} written "
+          f"({(r.bytes_read + r.bytes_written) / n:.4f} a parameter); "
+          f"{reps} execution(s) back to back a sample")
     print(f"dequantize fp8 -> bf16, {n_params:.0e} params ({len(tree)} leaves of 2048x2048, "
           f"{r.n_kernels} kernel calls, compile {r.compile_seconds:.2f} s): "
-          f"{op:.1f} GB/s ({min(samples):.1f}-{max(samples):.1f}), reference {name} "
+          f"{op:.1f} GB/s median ({min(samples):.1f}-{max(samples):.1f}, n={len(samples)}; "
+          f"one execution alone {r.gbps:.1f}), reference {name} "
           f"{best:.1f} GB/s, ratio {op / best:.2f}; target >= 0.7")
     print(f"  an XLA kernel only widening the same codes to bf16: {low:.1f} GB/s "
           f"({min(floor):.1f}-{max(floor):.1f}), ratio {low / best:.2f}")
-    if jax.devices()[0].platform != "cpu":  # a GPU runs 0.1 ms kernels: launches count
-        from bandwidth import back_to_back
-
-        from inspector.core.runner import PlannedRun
-
-        planned = PlannedRun(inspector.dequantize, tree, "bfloat16")
-        moved = r.bytes_read + r.bytes_written
-        alone = [moved / back_to_back(planned.plan.execute) / 1e9 for _ in range(5)]
-        print(f"  dequantize's kernels alone, back to back (as the reference copy is timed "
-              f"here): {statistics.median(alone):.1f} GB/s ({min(alone):.1f}-{max(alone):.1f}),"
-              f" ratio {statistics.median(alone) / best:.2f}")
     print(ref.summary())
+    print(f"  load average {os.getloadavg()[0]:.1f}")
     ref.close()
 
 
@@ -212,37 +291,131 @@ def table_decoder(codes, code_dtype):
     return jnp.asarray(values)[jax.lax.bitcast_convert_type(codes, jnp.uint8)]
 
 
-def compare_table(n_params: float, pairs: int) -> None:
-    """`bench_dequantize` with the table decoder and with the bits, alternately."""
+def xla_cast(y):
+    """The CPU's float32 -> bfloat16 rounding before `kernels.bf16_bits`: XLA's own."""
+    import jax.numpy as jnp
+
+    return y.astype(jnp.bfloat16)
+
+
+VARIANTS = {  # name -> {kernels attribute: replacement}
+    "table": {"fp8_bits": table_decoder},
+    "xla-cast": {"bf16_bits": xla_cast},
+    "before": {"bf16_bits": xla_cast, "cpu_options": lambda: ()},  # as at commit 702a421
+    "now": {},
+}
+
+
+def compare(names: list[str], n_params: float, rounds: int) -> None:
+    """The dequantize kernels of `VARIANTS[name]`, each planned and compiled apart, timed
+    alternately with the reference copies in one process: GB/s and CPU time per execution
+    (the CPU time moves less with the machine's load than the wall time)."""
+    from bandwidth import Reference
+
     from inspector.core import kernel_cache
     from inspector.core.quant import kernels
 
-    bits = kernels.fp8_bits
-    try:
-        for _ in range(pairs):
-            for name, decoder in (("table", table_decoder), ("bits", bits)):
-                kernels.fp8_bits = decoder
-                kernel_cache.clear_cache()  # the kernels are cached by shape: build them anew
-                print(f"-- {name} decoder:")
-                bench_dequantize(n_params, 3)
-    finally:
-        kernels.fp8_bits = bits
+    tree = fp8_tree(n_params)
+    samplers = {}
+    for name in names:
+        saved = {attr: getattr(kernels, attr) for attr in VARIANTS[name]}
+        try:
+            for attr, value in VARIANTS[name].items():
+                setattr(kernels, attr, value)
+            kernel_cache.clear_cache()  # kernels are cached by key: build this variant's
+            samplers[name] = dequantize_sampler(tree)[0]
+        finally:
+            for attr, value in saved.items():
+                setattr(kernels, attr, value)
+    ref = Reference()
+    gbps: dict = {name: [] for name in names}
+    cpu: dict = {name: [] for name in names}
+    for _ in range(rounds):
+        ref.sample()
+        for name, sample in samplers.items():
+            for _ in range(3):
+                start = time.process_time()
+                gbps[name].append(sample())
+                cpu[name].append(time.process_time() - start)
+    ref.sample()
+    ref_name, best = ref.best()
+    print(f"dequantize fp8 -> bf16 of {n_params:.0e} params, variants alternated "
+          f"({rounds} rounds of 3; load average {os.getloadavg()[0]:.1f}); reference "
+          f"{ref_name} {best:.1f} GB/s:")
+    for name in names:
+        g = gbps[name]
+        print(f"  {name:>9}: {statistics.median(g):5.1f} GB/s ({min(g):.1f}-{max(g):.1f}) "
+              f"ratio {statistics.median(g) / best:.2f}; CPU time "
+              f"{statistics.median(cpu[name]) * 1e3:.1f} ms a sample "
+              f"(min {min(cpu[name]) * 1e3:.1f})")
+    print(ref.summary())
+    ref.close()
+
+
+def stores(rounds: int) -> None:
+    """Why a CPU kernel's ratio is capped below 1: the reference copy (`np.copyto`, glibc's
+    memcpy) writes whole cache lines without reading them first; a loop of ordinary vector
+    stores (NumPy's `multiply(..., out=)`, any XLA kernel) reads each line it writes
+    (write-allocate). Times the three over one 256 MiB buffer, alternated."""
+    import jax
+    import jax.numpy as jnp
+
+    src = np.random.default_rng(0).standard_normal(64 << 20, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    xla = jax.jit(lambda out, x: x + jnp.float32(0), donate_argnums=0, keep_unused=True)
+    x = jax.device_put(src)
+    out = xla(jnp.zeros_like(x), x).block_until_ready()
+
+    def xla_copy() -> None:
+        nonlocal out
+        out = xla(out, x).block_until_ready()
+
+    kinds = {"memcpy (np.copyto)": lambda: np.copyto(dst, src),
+             "vector stores (np.multiply out=)": lambda: np.multiply(src, 1, out=dst),
+             "xla donated x + 0": xla_copy}
+    gbps: dict = {name: [] for name in kinds}
+    for _ in range(rounds):
+        for name, copy in kinds.items():
+            start = time.perf_counter()
+            copy()
+            gbps[name].append(2 * src.nbytes / (time.perf_counter() - start) / 1e9)
+    best = statistics.median(gbps["memcpy (np.copyto)"])
+    print(f"copies of 256 MiB on {jax.devices()[0].device_kind}, {rounds} alternated rounds "
+          f"(load average {os.getloadavg()[0]:.1f}), GB/s counting read + written:")
+    for name, g in gbps.items():
+        print(f"  {name:>32}: {statistics.median(g):5.1f} ({min(g):.1f}-{max(g):.1f}) "
+              f"ratio {statistics.median(g) / best:.2f}")
+    print("  with write-allocate a copy moves 3 bytes for 2 counted (ratio 2/3 of a memcpy "
+          "that does not), a bf16 dequantize 5 for 3 counted (1 code read, 2 written, 2 read "
+          "first): at most 0.6 of the memcpy")
 
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    if "--compare-table" in sys.argv:
-        compare_table(1e6 if quick else 1e8, 2)
-        return
+    for flag, names in (("--compare-table", ["table", "now"]),
+                        ("--compare-cast", ["xla-cast", "now"]),
+                        ("--compare-before", ["before", "now"])):
+        if flag in sys.argv:
+            # a kernel stored on disk is found by its call's key, which a variant keeps
+            os.environ["INSPECTOR_EXECUTABLE_CACHE"] = "0"
+            compare(names, 1e6 if quick else 1e8, 3 if quick else 6)
+            return
     if "--compare-groups" in sys.argv:
         compare_groups(sys.argv[sys.argv.index("--compare-groups") + 1],
                        10_000 if quick else 100_000, 5 if quick else 15)
         return
+    if "--stores" in sys.argv:
+        stores(5 if quick else 15)
+        return
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only not in (None, "groups", "dequantize"):
+        sys.exit(f"--only takes 'groups' or 'dequantize', not {only!r}")
     if only in (None, "groups"):
         bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
     if only in (None, "dequantize"):
         bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
+        bench_many_groups()
 
 
 if __name__ == "__main__":

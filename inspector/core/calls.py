@@ -36,6 +36,10 @@ class Call:
         chain: when true, args[0] is the previous call's output (a donated buffer threaded
             through the calls, each writing its own slice of it: per-leaf kernels over a
             packed tree). Only the last output of a chain is meaningful.
+        options: XLA compiler options for this kernel, as `(name, value)` pairs (`jax.jit`'s
+            `compiler_options`): code-generation preferences that leave results unchanged
+            (e.g. the CPU's vector width). The key must tell them apart; a batch compiles
+            with every option of its calls (the first call's value where two differ).
     """
 
     key: tuple
@@ -46,6 +50,7 @@ class Call:
     shardings: tuple | None = None
     out_shardings: object = None
     chain: bool = False
+    options: tuple = ()
 
     def target(self, i: int, device):
         """Where args[i] must live: its sharding over the mesh, else the plan's device."""
@@ -116,5 +121,10 @@ def batch_call(calls: list[Call]) -> Call:
     key = ("batch", tuple(call.key for call in calls))
     donate = tuple(start + d for call, start in zip(calls, starts, strict=True)
                    for d in call.donate)
-    return Call(key, make_batch, [a for call in calls for a in call.args], donate=donate)
+    options: dict = {}
+    for call in calls:
+        for name, value in call.options:
+            options.setdefault(name, value)
+    return Call(key, make_batch, [a for call in calls for a in call.args], donate=donate,
+                options=tuple(options.items()))
 

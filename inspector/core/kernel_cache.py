@@ -105,7 +105,8 @@ def _lower(call: Call, device, abstract: list | None = None) -> jax.stages.Lower
         abstract = _abstracts(call, device)
     jitted = jax.jit(call.make(), donate_argnums=call.donate, keep_unused=True,
                      **({} if call.out_shardings is None
-                        else {"out_shardings": call.out_shardings}))
+                        else {"out_shardings": call.out_shardings}),
+                     **({"compiler_options": dict(call.options)} if call.options else {}))
     _COUNTS["lowered"] += 1
     return jitted.lower(*abstract)
 

@@ -322,3 +322,108 @@ def test_fp8_bit_decoding_equals_ml_dtypes_for_all_256_codes(code_dtype):
     w = np.repeat(np.repeat(scale.astype(np.float64), 6, 0), 6, 1)[:16, :16]
     np.testing.assert_array_equal(np.asarray(out["weight"]),
                                   (codes.reshape(16, 16).astype(np.float64) * w))
+
+
+def _float32_edge_cases() -> np.ndarray:
+    """float32 bit patterns that test a rounding to bfloat16: every exponent with halfway,
+    just-below, just-above and odd/even upper halves, subnormals, infinities, NaNs with and
+    without payloads (both signs), and random bits."""
+    exps = np.arange(256, dtype=np.uint32) << 23
+    lows = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x10000, 0x18000, 0x17FFF,
+                     0x7F8000, 0x7FFFFF, 0x7F7FFF, 0x400000], dtype=np.uint32)
+    grid = (exps[:, None] | lows[None, :]).ravel()
+    rand = np.random.default_rng(0).integers(0, 2**32, 100_000, dtype=np.uint64)
+    bits = np.concatenate([grid, grid | 0x80000000, rand.astype(np.uint32)])
+    return bits.view(np.float32)
+
+
+def test_bf16_rounding_by_bits_equals_xla_and_ml_dtypes():
+    import jax
+
+    from inspector.core.quant.kernels import bf16_bits
+
+    x = _float32_edge_cases()
+    on_cpu = jax.device_put(x, jax.devices("cpu")[0])
+    got = np.asarray(jax.jit(bf16_bits)(on_cpu))
+    xla = np.asarray(jax.jit(lambda v: v.astype(jax.numpy.bfloat16))(on_cpu))
+    np.testing.assert_array_equal(got.view(np.uint16), xla.view(np.uint16))  # bit for bit
+    with np.errstate(invalid="ignore"):  # signalling NaNs among the inputs
+        want = x.astype(ml_dtypes.bfloat16)  # ml_dtypes: round to nearest even
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+@pytest.mark.parametrize("code_dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+                                        ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz])
+def test_fp8_to_bfloat16_on_the_cpu_equals_numpy_bit_for_bit(code_dtype):
+    """Every code in every 128 x 128 block, scales with full 24-bit mantissas (the product's
+    rounding to float32 then to bfloat16 is tested, not only exact products) and a scale
+    whose products fall halfway between bfloat16s (ties to even); per-tensor, block and
+    partial-block scales."""
+    import jax
+
+    rng = np.random.default_rng(1)
+    codes = np.tile(np.arange(256, dtype=np.uint8), 256 * 384 // 256).reshape(256, 384)
+    codes = rng.permuted(codes, axis=1).view(code_dtype)
+    cpu = jax.devices("cpu")[0]
+    for shape in [(), (2, 3), (3, 4)]:  # (3, 4): blocks of 128 x 128 tile (256, 384) ceil
+        scale = (rng.uniform(0.5, 2, shape) * np.exp2(rng.integers(-20, 20, shape)))
+        scale = scale.astype(np.float32)
+        if shape == ():  # 1 + 2^-8: halfway between two bfloat16s, times a code of 1 or 2
+            scale = np.float32(1 + 2**-8)
+        out = inspector.dequantize({"weight": codes, "weight_scale_inv": scale}, "bfloat16",
+                                   device=cpu)["weight"]
+        block = {(): (256, 384), (2, 3): (128, 128), (3, 4): (86, 96)}[shape]
+        s = np.broadcast_to(scale, (1, 1)) if shape == () else scale
+        full = np.repeat(np.repeat(s.astype(np.float64), block[0], 0), block[1], 1)
+        want = (codes.astype(np.float64) * full[:256, :384]).astype(np.float32)
+        want = want.astype(ml_dtypes.bfloat16)
+        got = np.asarray(out)
+        nan = np.isnan(want.astype(np.float32))
+        assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+        np.testing.assert_array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float16", "float32"])
+def test_fp8_kernel_of_a_gpu_and_of_the_cpu_give_the_same_bits(out_dtype):
+    """A GPU takes `astype` (hardware float8 conversion) where the CPU decodes bits and rounds
+    to bfloat16 by integer ops: both formulations, run here, agree bit for bit."""
+    import jax
+
+    from inspector.core.quant import kernels
+
+    rng = np.random.default_rng(2)
+    codes = rng.integers(0, 256, (256, 384), dtype=np.uint8).view(F8)
+    scale = rng.uniform(1e-3, 1e3, (2, 3)).astype(np.float32)
+    got = {}
+    for bits in (False, True):
+        kernel = kernels.make_fp8((256, 384), (128, 128), "block", out_dtype, F8, bits)
+        got[bits] = np.asarray(jax.jit(lambda c, s, k=kernel: k(None, c, s))(codes, scale))
+    nan = np.isnan(got[True].astype(np.float32))
+    assert np.array_equal(np.isnan(got[False].astype(np.float32)), nan) and nan.sum() > 0
+    np.testing.assert_array_equal(got[False][~nan].view(np.uint8), got[True][~nan].view(np.uint8))
+
+
+def test_cpu_fp8_kernels_ask_for_wide_vectors_and_batches_keep_the_options():
+    import jax
+
+    from inspector.core.calls import Call, batch_call
+    from inspector.core.quant import kernels
+    from inspector.core.quant.dequantize import plan_dequantize
+
+    rng = np.random.default_rng(3)
+    tree = {f"l{i}": {"weight": P.fp8_codes(rng, (256, 256)),
+                      "weight_scale_inv": np.ones((2, 2), np.float32)} for i in range(3)}
+    plan = plan_dequantize(tree, "bfloat16", device=jax.devices("cpu")[0])
+    assert kernels.cpu_options() in ((), kernels.WIDE_VECTORS)
+    assert all(call.options == kernels.cpu_options() for call in plan.calls)
+    assert all(kernels.cpu_options() in call.key[4] for call in plan.calls)  # in the key
+    a = Call(("a",), lambda: None, [], options=(("x", 1),))
+    b = Call(("b",), lambda: None, [], options=(("x", 2), ("y", 3)))
+    assert batch_call([a, b]).options == (("x", 1), ("y", 3))
+    assert batch_call([Call(("c",), lambda: None, [])]).options == ()
+    out = plan.execute()  # compiled with the options: values as without them
+    for i in range(3):
+        want = tree[f"l{i}"]["weight"].astype(np.float32).astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(np.asarray(out[f"l{i}"]["weight"]), want)
