@@ -20,7 +20,7 @@ for part in $parts; do
   case $part in
     place) timeout 150 $py benchmarks/bench_place.py --rounds 5 --dir /tmp/bplace --variants "${VARIANTS:-}" ${PLACE_ARGS:-} ;;
     scan) timeout 150 $py benchmarks/bench_health.py --only scan many ;;
-    quant) timeout 150 $py benchmarks/bench_quant.py ;;
+    quant) timeout 150 $py benchmarks/bench_quant.py --only dequantize ;;
     ops) timeout 150 $py benchmarks/bench_ops.py --only ops ;;
     tests) timeout 120 $py -m pytest -q -p no:cacheprovider -p no:benchmark --maxfail 40 --timeout 60 -n 4 \
              tests/core/test_device_upload.py tests/core/test_working_set.py tests/core/test_health_one_pass.py \
@@ -29,7 +29,7 @@ for part in $parts; do
              tests/core/test_stacking.py tests/core/test_indexing.py tests/core/test_runner.py \
              tests/core/test_output_slots.py tests/core/test_merge.py tests/core/test_convert.py \
              tests/core/test_half_precision.py tests/core/test_value_diff.py \
-             tests/core/test_executable_cache.py ;;
+             tests/core/test_executable_cache.py tests/core/test_chunked_stream.py tests/core/test_host_read.py ;;
     *) echo "unknown part $part" ;;
   esac 2>&1 | tee "$out/$part.log"
 done
