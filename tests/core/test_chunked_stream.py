@@ -5,6 +5,7 @@ import json
 import os
 import struct
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
@@ -16,6 +17,9 @@ from inspector.core import chunked_stream
 from inspector.core.errors import LoadError
 from inspector.core.merge import kernels
 
+ON_CPU = pytest.mark.skipif(
+    jax.devices()[0].platform != "cpu",
+    reason="the chunked stream serves the CPU device (elsewhere outputs stream leaf by leaf)")
 
 def _trees(rng):
     shapes = {"b.w": (300, 7), "a.x": (5,), "c": (1000, 33), "s": (), "z": (0, 3),
@@ -51,6 +55,7 @@ def _reference(trees, weights):
     return out
 
 
+@ON_CPU
 @pytest.mark.parametrize("chunk", [100, 4096, 16 << 20])
 def test_chunks_across_leaves_give_the_leaf_by_leaf_values(tmp_path, monkeypatch, chunk):
     rng = np.random.default_rng(0)
@@ -82,6 +87,7 @@ def test_chunks_across_leaves_give_the_leaf_by_leaf_values(tmp_path, monkeypatch
     assert sorted(os.listdir(tmp_path)) == ["a.safetensors", "b.safetensors", "m.safetensors"]
 
 
+@ON_CPU
 def test_output_buffers_are_reused_not_made_per_chunk(tmp_path, monkeypatch):
     rng = np.random.default_rng(1)
     tree = {f"w{i}": rng.standard_normal((64, 64)).astype(np.float32) for i in range(20)}
@@ -114,7 +120,7 @@ def test_a_file_that_shrank_midway_leaves_no_file_under_the_final_name(tmp_path,
     with open(path, "r+b") as f:  # after `load`: the header still names every tensor
         f.truncate(os.path.getsize(path) // 2)
     monkeypatch.setattr(chunked_stream, "CHUNK_BYTES", 16384)
-    with pytest.raises(LoadError, match="changed after it was opened"):
+    with pytest.raises(LoadError, match="changed.*after it was opened"):
         inspector.weighted_sum([a, a], [0.5, 0.5], out=out)
     assert out.read_bytes() == b"older"
     assert sorted(os.listdir(tmp_path)) == ["a.safetensors", "m.safetensors"]
@@ -175,7 +181,7 @@ def test_a_file_that_shrinks_during_the_stream_raises_instead_of_crashing(tmp_pa
             with open(path, "r+b") as f:
                 f.truncate(os.path.getsize(path) // 2)
 
-    with pytest.raises(LoadError, match="changed after it was opened"):
+    with pytest.raises(LoadError, match="changed.*after it was opened"):
         inspector.weighted_sum([a, a], [0.5, 0.5], out=tmp_path / "m.safetensors",
                                progress=shrink)
     assert sorted(os.listdir(tmp_path)) == ["a.safetensors"]

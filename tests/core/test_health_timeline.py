@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -217,6 +218,8 @@ def test_one_checkpoint_path_is_one_step(tmp_path):
         assert t.table("l2").values[:, 0].tolist() == [pytest.approx(np.sqrt(14.0))]
 
 
+@pytest.mark.skipif(jax.devices()[0].platform != "cpu",
+                    reason="files are mapped for the CPU's reductions (timeline.py: on_host)")
 def test_mapped_files_in_flight_match_in_memory_trees_and_numpy(tmp_path, monkeypatch):
     """safetensors leaves read as views of one map a file, several key paths in flight on
     the worker threads (chunks of 2,048 elements: a leaf of ten chunks is split in jobs),

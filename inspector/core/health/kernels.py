@@ -77,12 +77,12 @@ def _careful(y, mask, first=None):
     return jnp.stack([n, c, sd, sdd, lo, hi, zeros, nan, pos, neg], axis=1)
 
 
-ONE_PASS_FORM = "variadic"
-"""How `one_pass` reduces whole rows: "variadic" (`_careful`: one `lax.reduce` of nine
-operands), "siblings" (`_careful_siblings`: nine plain reductions that XLA's GPU backend
-fuses into one kernel) or "fast" (`_fast_fused`: five, the rows with NaN/Inf reduced again
-by the careful path, as on the CPU). `benchmarks/bench_health.py` times each on an
-accelerator."""
+ONE_PASS_FORM = "fast"
+"""How `one_pass` reduces whole rows: "fast" (`_fast_fused`: five fused reductions, the rows
+with NaN/Inf reduced again by the careful path, as on the CPU), "variadic" (`_careful`: one
+`lax.reduce` of nine operands) or "siblings" (`_careful_siblings`: nine plain reductions).
+`benchmarks/bench_health.py` times each on an accelerator: on an H100, 1e8 float32, kernels
+alone back to back, 2400 / 1101 / 1097 GB/s against a 2834 GB/s copy (0.85 / 0.39 / 0.39)."""
 
 
 def _fast_fused(y):
