@@ -187,3 +187,22 @@ def back_to_back(dispatch: Callable[[], object], seconds: float = 0.02) -> float
         dispatch()
     jax.block_until_ready(dispatch())
     return (time.perf_counter() - start) / n
+
+
+def alternated(ref: Reference, runs: dict[str, Callable[[], float]], rounds: int,
+               per_round: int = 3) -> tuple[dict, dict, str, float]:
+    """Each of `runs` (name -> a call returning GB/s) `per_round` times a round, the names
+    alternated and the reference sampled between rounds. Returns `(gbps, cpu, ref_name,
+    ref_gbps)`: each name's GB/s and process CPU seconds per call (the CPU time moves less
+    with the machine's load than the wall time), and the best reference kind."""
+    gbps: dict = {name: [] for name in runs}
+    cpu: dict = {name: [] for name in runs}
+    for _ in range(rounds):
+        ref.sample()
+        for name, run in runs.items():
+            for _ in range(per_round):
+                start = time.process_time()
+                gbps[name].append(run())
+                cpu[name].append(time.process_time() - start)
+    ref.sample()
+    return (gbps, cpu, *ref.best())

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bandwidth import Reference  # noqa: E402
+from bandwidth import Reference, alternated  # noqa: E402
 
 from inspector.core.quant import kernels  # noqa: E402
 
@@ -91,19 +91,19 @@ FORMULATIONS = {"now": now, "xla-cast": xla_cast, "astype": astype, "f16": f16,
 
 
 def kernel(fn, codes, scales, options: dict):
-    """A timer of `fn` over all weights in one donated call: returns GB/s, CPU seconds."""
+    """A timer of `fn` over all weights in one donated call: returns GB/s."""
     step = jax.jit(lambda outs, cs, ss: [fn(c, s) for c, s in zip(cs, ss, strict=True)],
                    donate_argnums=0, keep_unused=True)
     outs = [jnp.zeros((SIDE, SIDE), jnp.bfloat16) for _ in codes]
     compiled = step.lower(outs, codes, scales).compile(options or None)
     moved = len(codes) * (SIDE * SIDE * 3 + scales[0].size * 4)
 
-    def run() -> tuple[float, float]:
+    def run() -> float:
         nonlocal outs
-        start, cpu = time.perf_counter(), time.process_time()
+        start = time.perf_counter()
         outs = compiled(outs, codes, scales)
         jax.block_until_ready(outs)
-        return moved / (time.perf_counter() - start) / 1e9, time.process_time() - cpu
+        return moved / (time.perf_counter() - start) / 1e9
 
     run()
     return run
@@ -139,17 +139,7 @@ def main() -> None:
         runs[name] = kernel(FORMULATIONS[base], codes, scales,
                             {"xla_cpu_prefer_vector_width": int(width)} if width else options)
     ref = Reference()
-    gbps: dict = {name: [] for name in names}
-    cpu: dict = {name: [] for name in names}
-    for _ in range(rounds):
-        ref.sample()
-        for name, run in runs.items():
-            for _ in range(3):
-                g, c = run()
-                gbps[name].append(g)
-                cpu[name].append(c)
-    ref.sample()
-    ref_name, best = ref.best()
+    gbps, cpu, ref_name, best = alternated(ref, runs, rounds)
     print(f"{n} fp8 weights of {SIDE}x{SIDE} -> bf16 on {jax.devices()[0].device_kind}, "
           f"{rounds} alternated rounds of 3, options {options or 'default'}, load average "
           f"{os.getloadavg()[0]:.1f}; reference {ref_name} {best:.1f} GB/s")

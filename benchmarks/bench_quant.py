@@ -310,7 +310,7 @@ def compare(names: list[str], n_params: float, rounds: int) -> None:
     """The dequantize kernels of `VARIANTS[name]`, each planned and compiled apart, timed
     alternately with the reference copies in one process: GB/s and CPU time per execution
     (the CPU time moves less with the machine's load than the wall time)."""
-    from bandwidth import Reference
+    from bandwidth import Reference, alternated
 
     from inspector.core import kernel_cache
     from inspector.core.quant import kernels
@@ -328,17 +328,7 @@ def compare(names: list[str], n_params: float, rounds: int) -> None:
             for attr, value in saved.items():
                 setattr(kernels, attr, value)
     ref = Reference()
-    gbps: dict = {name: [] for name in names}
-    cpu: dict = {name: [] for name in names}
-    for _ in range(rounds):
-        ref.sample()
-        for name, sample in samplers.items():
-            for _ in range(3):
-                start = time.process_time()
-                gbps[name].append(sample())
-                cpu[name].append(time.process_time() - start)
-    ref.sample()
-    ref_name, best = ref.best()
+    gbps, cpu, ref_name, best = alternated(ref, samplers, rounds)
     print(f"dequantize fp8 -> bf16 of {n_params:.0e} params, variants alternated "
           f"({rounds} rounds of 3; load average {os.getloadavg()[0]:.1f}); reference "
           f"{ref_name} {best:.1f} GB/s:")
