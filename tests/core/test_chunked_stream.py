@@ -109,12 +109,17 @@ def test_output_buffers_are_reused_not_made_per_chunk(tmp_path, monkeypatch):
         np.testing.assert_array_equal(got[k], v + v)
 
 
-def test_a_file_that_shrank_midway_leaves_no_file_under_the_final_name(tmp_path, monkeypatch):
-    rng = np.random.default_rng(2)
+def _eight_leaves(tmp_path, seed: int):
+    """A file of eight (256, 64) float32 tensors, and the tree loaded from it."""
+    rng = np.random.default_rng(seed)
     tree = {f"w{i}": rng.standard_normal((256, 64)).astype(np.float32) for i in range(8)}
     path = tmp_path / "a.safetensors"
     save_file(tree, str(path))
-    a = inspector.load(path)
+    return path, inspector.load(path)
+
+
+def test_a_file_that_shrank_midway_leaves_no_file_under_the_final_name(tmp_path, monkeypatch):
+    path, a = _eight_leaves(tmp_path, 2)
     out = tmp_path / "m.safetensors"
     out.write_bytes(b"older")
     with open(path, "r+b") as f:  # after `load`: the header still names every tensor
@@ -167,11 +172,7 @@ def test_merge_out_computing_one_leaf_ahead_keeps_values_and_report_order(tmp_pa
 
 
 def test_a_file_that_shrinks_during_the_stream_raises_instead_of_crashing(tmp_path, monkeypatch):
-    rng = np.random.default_rng(5)
-    tree = {f"w{i}": rng.standard_normal((256, 64)).astype(np.float32) for i in range(8)}
-    path = tmp_path / "a.safetensors"
-    save_file(tree, str(path))
-    a = inspector.load(path)
+    path, a = _eight_leaves(tmp_path, 5)
     monkeypatch.setattr(chunked_stream, "CHUNK_BYTES", 16384)
     calls = []
 

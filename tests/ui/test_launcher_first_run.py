@@ -44,12 +44,18 @@ def launched(tracker: Tracker):
     return values, loaded
 
 
-def run_session(loaded) -> tuple[InspectorState, object]:
+def session_of(loaded) -> InspectorState:
+    """A session holding the launcher's trees, weighted_sum chosen over them."""
     s = InspectorState(repeats=1)
     for t in loaded:
         s.add(t)
     s.ops["weighted_sum"].param.update(trees=[t.name for t in loaded], weights=WEIGHTS)
     s.op = "weighted_sum"
+    return s
+
+
+def run_session(loaded) -> tuple[InspectorState, object]:
+    s = session_of(loaded)
     s.run = True
     assert s.error == ""
     return s, s.result
@@ -105,11 +111,7 @@ def test_a_session_on_its_own_trees_leaves_no_spare():
 
 def test_a_first_read_shows_each_tree_read_on_the_progress_bar():
     values, loaded = launched(Tracker())
-    s = InspectorState(repeats=1)
-    for t in loaded:
-        s.add(t)
-    s.ops["weighted_sum"].param.update(trees=[t.name for t in loaded], weights=WEIGHTS)
-    s.op = "weighted_sum"
+    s = session_of(loaded)
     seen = []
     s.param.watch(lambda *_: seen.append((s.status, s.progress)), ["status", "progress"])
     s.run = True
@@ -151,11 +153,7 @@ def test_a_session_closing_while_a_timed_repeat_writes_hands_its_result_on_after
 
 def test_a_run_finishing_after_its_session_closed_hands_its_result_on():
     values, loaded = launched(Tracker())
-    s = InspectorState(repeats=1)
-    for t in loaded:
-        s.add(t)
-    s.ops["weighted_sum"].param.update(trees=[t.name for t in loaded], weights=WEIGHTS)
-    s.op = "weighted_sum"
+    s = session_of(loaded)
     job = s.job()
     inputs = s.runs.inputs
 
