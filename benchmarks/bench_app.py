@@ -281,6 +281,13 @@ def main() -> None:
         if not path.exists():
             print(f"writing {path} ...", flush=True)
             write_checkpoint(path, seed)
+    # both files read once first: the first run and the floor find them in the page cache
+    # alike (a run over files read from the disk measured the disk: 6.6 s for 2.4 GB here)
+    chunk = bytearray(64 << 20)
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while f.readinto(chunk):
+                pass
     tree = inspector.load(paths[0])
     leaves = inspector.describe(tree)
     n_tensors = sum(1 for r in leaves if r.kind == "leaf")
