@@ -167,7 +167,8 @@ def wait_status_change(page, before: str, timeout: float = 600) -> str:
 
 
 def run_session(browser, url: str, names: list[str], changes: int = 0,
-                rss: RssSampler | None = None, marks: Path | None = None) -> dict:
+                rss: RssSampler | None = None, marks: Path | None = None,
+                shot: Path | None = None) -> dict:
     """Opens a session, checks the form's defaults, runs the sum, makes weight changes; returns
     the seconds of the first run and of each change, and the server's peak RSS during the
     first run (when `rss` is given)."""
@@ -194,6 +195,8 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
     wait_status_change(page, before)
     out = {"first": time.perf_counter() - start, "changes": [],
            "first_peak": rss.peak() if rss is not None else 0}
+    if shot is not None:  # the page as the first run left it (after the timing)
+        page.screenshot(path=str(shot))
     if marks is not None:
         in_page = page.evaluate("window.__inspectorClicked || 0") / 1e3
         out["breakdown"] = breakdown(marks, mark_from, clicked, clicked + out["first"],
@@ -270,6 +273,8 @@ def main() -> None:
     parser.add_argument("--marks", action="store_true",
                         help="log the server's run steps (INSPECTOR_RUN_MARKS) and print the "
                              "first run's and a later session's first run's breakdown")
+    parser.add_argument("--screenshot", type=Path, default=None,
+                        help="save the page after the first run as this PNG")
     parser.add_argument("--settle", type=float, default=60,
                         help="at most this many seconds for closed sessions to be freed")
     args = parser.parse_args()
@@ -320,7 +325,8 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             rss.reset()
             start = time.perf_counter()
-            first = run_session(browser, url, names, changes=args.changes, rss=rss, marks=marks)
+            first = run_session(browser, url, names, changes=args.changes, rss=rss, marks=marks,
+                                shot=args.screenshot)
             first_total = time.perf_counter() - start
             session_peak = rss.peak()
             after_first, freed_first = wait_settled(rss, args.settle)
