@@ -206,3 +206,14 @@ def alternated(ref: Reference, runs: dict[str, Callable[[], float]], rounds: int
                 cpu[name].append(time.process_time() - start)
     ref.sample()
     return (gbps, cpu, *ref.best())
+
+
+def alternated_rows(gbps: dict, cpu: dict, best: float) -> str:
+    """One line per name of `alternated`'s result: median GB/s (min-max), ratio to `best`,
+    median (and least) CPU milliseconds a call."""
+    width = max(map(len, gbps), default=0)
+    return "\n".join(
+        f"  {name:>{width}}: {statistics.median(g):5.1f} GB/s ({min(g):.1f}-{max(g):.1f}) "
+        f"ratio {statistics.median(g) / best:.2f}; CPU time "
+        f"{statistics.median(cpu[name]) * 1e3:.1f} ms a call (min {min(cpu[name]) * 1e3:.1f})"
+        for name, g in gbps.items())

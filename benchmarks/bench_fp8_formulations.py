@@ -24,7 +24,6 @@ but `chunks`, which is slow):
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bandwidth import Reference, alternated  # noqa: E402
+from bandwidth import Reference, alternated, alternated_rows  # noqa: E402
 
 from inspector.core.quant import kernels  # noqa: E402
 
@@ -143,11 +142,7 @@ def main() -> None:
     print(f"{n} fp8 weights of {SIDE}x{SIDE} -> bf16 on {jax.devices()[0].device_kind}, "
           f"{rounds} alternated rounds of 3, options {options or 'default'}, load average "
           f"{os.getloadavg()[0]:.1f}; reference {ref_name} {best:.1f} GB/s")
-    for name in names:
-        g = gbps[name]
-        print(f"  {name:>8}: {statistics.median(g):5.1f} GB/s ({min(g):.1f}-{max(g):.1f}) "
-              f"ratio {statistics.median(g) / best:.2f}; CPU time "
-              f"{statistics.median(cpu[name]) * 1e3:6.1f} ms a call")
+    print(alternated_rows(gbps, cpu, best))
     print(ref.summary())
     ref.close()
 

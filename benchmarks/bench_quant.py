@@ -113,19 +113,9 @@ def bench_groups(n_leaves: int, repeats: int) -> None:
 
 def previous_groups(rev: str):
     """`quant_groups` as `inspector/core/quant/groups.py` had it at git revision `rev`."""
-    import importlib.util
-    import subprocess
-    import tempfile
+    from revisions import module_at
 
-    source = subprocess.run(["git", "show", f"{rev}:inspector/core/quant/groups.py"],
-                            capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "groups_previous.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("groups_previous", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["groups_previous"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module.quant_groups
+    return module_at(rev, "inspector/core/quant/groups.py", "groups_previous").quant_groups
 
 
 def compare_groups(rev: str, n_leaves: int, rounds: int) -> None:
@@ -310,7 +300,7 @@ def compare(names: list[str], n_params: float, rounds: int) -> None:
     """The dequantize kernels of `VARIANTS[name]`, each planned and compiled apart, timed
     alternately with the reference copies in one process: GB/s and CPU time per execution
     (the CPU time moves less with the machine's load than the wall time)."""
-    from bandwidth import Reference, alternated
+    from bandwidth import Reference, alternated, alternated_rows
 
     from inspector.core import kernel_cache
     from inspector.core.quant import kernels
@@ -332,12 +322,7 @@ def compare(names: list[str], n_params: float, rounds: int) -> None:
     print(f"dequantize fp8 -> bf16 of {n_params:.0e} params, variants alternated "
           f"({rounds} rounds of 3; load average {os.getloadavg()[0]:.1f}); reference "
           f"{ref_name} {best:.1f} GB/s:")
-    for name in names:
-        g = gbps[name]
-        print(f"  {name:>9}: {statistics.median(g):5.1f} GB/s ({min(g):.1f}-{max(g):.1f}) "
-              f"ratio {statistics.median(g) / best:.2f}; CPU time "
-              f"{statistics.median(cpu[name]) * 1e3:.1f} ms a sample "
-              f"(min {min(cpu[name]) * 1e3:.1f})")
+    print(alternated_rows(gbps, cpu, best))
     print(ref.summary())
     ref.close()
 

@@ -14,19 +14,17 @@ in docs/quant-speed.md. The file is `bench_io.many_tensors`' (written once if ab
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_io import many_tensors  # noqa: E402
+from revisions import module_at  # noqa: E402
 
 import inspector  # noqa: E402
 from inspector.core.gc_pause import gc_paused  # noqa: E402
@@ -36,14 +34,7 @@ from inspector.io.locate import locate  # noqa: E402
 
 def at_revision(rev: str):
     """`inspector/io/safetensors_tree.py` as it was at git revision `rev`, as a module."""
-    source = subprocess.run(["git", "show", f"{rev}:inspector/io/safetensors_tree.py"],
-                            capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "safetensors_tree_previous.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("safetensors_tree_previous", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_at(rev, "inspector/io/safetensors_tree.py", "safetensors_tree_previous")
 
 
 def main() -> None:
