@@ -74,7 +74,7 @@ def bench_scan(n_params: float, rounds: int) -> None:
         from inspector.core.health import kernels
 
         best, chosen = ref.best()[1], kernels.ONE_PASS_FORM
-        for form in (chosen, *sorted({"variadic", "siblings", "fast"} - {chosen})):
+        for form in (chosen, *sorted({"variadic", "fast"} - {chosen})):
             kernels.ONE_PASS_FORM = form
             alone = [tree.nbytes / back_to_back(scan_kernel(tree)) / 1e9 for _ in range(5)]
             print(f"  the scan's device kernel alone ({form}{', in use' if form == chosen else ''}"

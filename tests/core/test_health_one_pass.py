@@ -11,7 +11,7 @@ from inspector.core.health import scan as scan_module
 from tests.core.test_health_scan import assert_figures, mixed_tree, plain_leaves
 
 
-@pytest.fixture(params=["variadic", "siblings", "fast"])
+@pytest.fixture(params=["variadic", "fast"])
 def one_pass(monkeypatch, request):
     monkeypatch.setattr(scan_module, "_one_pass", lambda device: True)
     monkeypatch.setattr(scan_module, "_on_host", lambda *args: False)

@@ -79,10 +79,10 @@ def _careful(y, mask, first=None):
 
 ONE_PASS_FORM = "fast"
 """How `one_pass` reduces whole rows: "fast" (`_fast_fused`: five fused reductions, the rows
-with NaN/Inf reduced again by the careful path, as on the CPU), "variadic" (`_careful`: one
-`lax.reduce` of nine operands) or "siblings" (`_careful_siblings`: nine plain reductions).
-`benchmarks/bench_health.py` times each on an accelerator: on an H100, 1e8 float32, kernels
-alone back to back, 2400 / 1101 / 1097 GB/s against a 2834 GB/s copy (0.85 / 0.39 / 0.39)."""
+with NaN/Inf reduced again by the careful path, as on the CPU) or "variadic" (`_careful`: one
+`lax.reduce` of nine operands, every row exact at once). `benchmarks/bench_health.py` times
+both on an accelerator: on an H100, 1e8 float32, kernels alone back to back, 2400 / 1101 GB/s
+against a 2834 GB/s copy (0.85 / 0.39; nine sibling reductions, tried too, 0.39)."""
 
 
 def _fast_fused(y):
@@ -95,23 +95,6 @@ def _fast_fused(y):
                       jnp.min(y, axis=1), jnp.max(y, axis=1),
                       jnp.sum((y == 0).astype(y.dtype), axis=1), nothing, nothing, nothing],
                      axis=1)
-
-
-def _careful_siblings(y):
-    """`_careful` of whole rows (every element counts) as nine sibling reductions."""
-    finite = jnp.isfinite(y)
-    f = y.dtype
-    inf = jnp.asarray(np.inf, f)
-    c = jnp.where(finite[:, 0], y[:, 0], 0)
-    d = jnp.where(finite, y - c[:, None], 0)
-
-    def count(flags):
-        return jnp.sum(flags.astype(f), axis=1)
-
-    return jnp.stack([count(finite), c, jnp.sum(d, axis=1), jnp.sum(d * d, axis=1),
-                      jnp.min(jnp.where(finite, y, inf), axis=1),
-                      jnp.max(jnp.where(finite, y, -inf), axis=1), count(y == 0),
-                      count(jnp.isnan(y)), count(y == inf), count(y == -inf)], axis=1)
 
 
 def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: str = ""):
@@ -146,9 +129,7 @@ def buffer_kernel(size: int, block: int, n_pieces: int, work: str, one_pass: str
                                            jnp.zeros((full, N_FIGURES), dtype)))
         if n_grid > full:
             rest = x[full * block:n_grid * block].reshape(-1, block)
-            if one_pass == "siblings":
-                parts.append(_careful_siblings(rest))
-            elif one_pass == "fast":
+            if one_pass == "fast":
                 parts.append(_fast_fused(rest))
             elif full or one_pass:
                 parts.append(_careful(rest, jnp.ones(rest.shape, bool)))

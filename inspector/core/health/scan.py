@@ -220,7 +220,7 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             x = buffer if isinstance(buffer, jax.Array) and device in buffer.devices() \
                 else jax.device_put(buffer, device)
             grid, piece_rows = jax.device_get(kernel(x, *jax.device_put((row, lo, hi), device)))
-            grid = np.asarray(grid) if one_pass in ("variadic", "siblings") else \
+            grid = np.asarray(grid) if one_pass == "variadic" else \
                 _careful_again(np.asarray(grid), x, size, block, work, device)
             rows = np.concatenate([grid, np.asarray(piece_rows)])
             pieces = np.where(pieces >= 0, pieces + len(grid), -1)
