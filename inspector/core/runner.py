@@ -17,6 +17,7 @@ from inspector.core.devices import device_name, devices, resolve_device
 from inspector.core.errors import InspectorError
 from inspector.core.host_read import read_leaves
 from inspector.core.lazy import LazyArray
+from inspector.core.mapped_leaves import MappedLeaf, map_calls, mapped_views
 from inspector.core.op import Op, block, op_of, run_once
 from inspector.core.out_buffers import output_buffer
 from inspector.core.plan import Call, Plan
@@ -122,7 +123,7 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     """
     if repeats < 1:
         raise InspectorError(f"repeats must be at least 1, got {repeats}.")
-    planned = PlannedRun(op, *args, device=device, **kwargs)
+    planned = PlannedRun(op, *args, device=device, map_files=True, **kwargs)
     result = None
     for _ in range(warmup):
         result, _ = planned.execute()
@@ -151,10 +152,14 @@ class PlannedRun:
     ([3.0, 3.0], 'weighted_sum')
     """
 
-    def __init__(self, op: Callable | Op, *args, device=None, **kwargs):
+    def __init__(self, op: Callable | Op, *args, device=None, map_files: bool = False,
+                 **kwargs):
         self.device = resolve_device(device)
         self._start = thread_compiles()
         self.plan = as_op(op).plan(*args, device=self.device, **kwargs)
+        # `run`'s plan on the CPU uses leaves in local files where they lie (mapped_leaves.py);
+        # the app's keeps its own copies (a session outlives a file being rewritten)
+        self.mapped = map_calls(self.plan) if map_files else 0
         # read lazy leaves once here, not inside every timed repeat, and while the kernels
         # compile (the reads leave the GIL; lowering keeps this thread's JAX settings): file
         # leaves in parallel straight into aligned host buffers (a CPU device then uses them
@@ -237,15 +242,18 @@ compile copy kernels (13 for a 196-tensor GPT-2-like pair: 0.35 s) and copy ever
 
 
 def _start_reading(plan: Plan) -> Future | None:
-    """Starts reading the plan's lazy arguments (each leaf once) in a thread; its result is
-    `({leaf id: array}, seconds)`. None when there are none."""
+    """Starts reading the plan's lazy arguments (each leaf once; a `MappedLeaf` as a view of
+    its file's map) in a thread; its result is `({leaf id: array}, seconds)`. None when there
+    are none."""
     lazy = {id(a): a for call in plan.calls for a in call.args if isinstance(a, LazyArray)}
-    if not lazy:
+    mapped = {id(a): a for call in plan.calls for a in call.args if isinstance(a, MappedLeaf)}
+    if not lazy and not mapped:
         return None
 
     def read():
         start = time.perf_counter()
-        values = dict(zip(lazy, read_leaves(lazy.values()), strict=True))
+        values = mapped_views(mapped.values())
+        values.update(zip(lazy, read_leaves(lazy.values()), strict=True))
         return values, time.perf_counter() - start
 
     future: Future = Future()
@@ -264,7 +272,8 @@ def _place_lazy_args(plan: Plan, values: dict) -> int:
     """Replaces each call's lazy arguments by their data (`values`, by leaf id); data bound
     for one device is put there now (aliased on the CPU), the rest is left to `place`.
     Returns the bytes read."""
-    lazy = {id(a): a for call in plan.calls for a in call.args if isinstance(a, LazyArray)}
+    lazy = {id(a): a for call in plan.calls for a in call.args
+            if isinstance(a, LazyArray | MappedLeaf)}
     if len(lazy) > _ALIAS_MAX:
         for call in plan.calls:
             call.args = [values.get(id(a), a) for a in call.args]

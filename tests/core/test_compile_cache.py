@@ -13,18 +13,20 @@ from inspector.core import compile_cache
 events = []
 jax.monitoring.register_event_listener(lambda name, **_: events.append(name))
 import os, sys
-# a checkpoint's lazy leaves of three shapes: a kernel each, compiled side by side
-# (`plan._compile_missing`), the path that once never switched the cache on
+# a checkpoint's lazy leaves of three shapes, read (not mapped, as `run` would on the CPU:
+# then one batched kernel): a kernel each, compiled side by side (`plan._compile_missing`),
+# the path that once never switched the cache on
+from inspector.core.runner import PlannedRun
 tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32),
         "s": np.ones((4, 1, 2), np.float32)}
 path = os.path.join(sys.argv[1], "t.safetensors")
 inspector.save(tree, path)
 lazy = inspector.load(path)
-r = inspector.run(inspector.weighted_sum, [lazy, lazy], [0.5, 1.5], repeats=1)
+result, _ = PlannedRun(inspector.weighted_sum, [lazy, lazy], [0.5, 1.5]).execute()
 print(json.dumps({"hits": events.count("/jax/compilation_cache/cache_hits"),
                   "misses": events.count("/jax/compilation_cache/cache_misses"),
                   "folder": str(compile_cache.enable()),
-                  "w": np.asarray(r.result["w"]).tolist()}))
+                  "w": np.asarray(result["w"]).tolist()}))
 """
 
 

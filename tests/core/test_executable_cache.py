@@ -20,8 +20,9 @@ import numpy as np, inspector
 from inspector.core import executable_cache, kernel_cache
 work = sys.argv[1]
 a, b = os.path.join(work, "a.safetensors"), os.path.join(work, "b.safetensors")
-# lazy leaves of three shapes (kernels compiled side by side); "big" (128 KiB) is streamed
-# into a donated output slot by `out=`, and donated into a reused buffer when resident
+# lazy leaves of three shapes, used in place by `run` (mapped: one batched kernel); "big"
+# (128 KiB) is streamed into a donated output slot by `out=`, and donated into a reused
+# buffer when resident
 if not os.path.exists(b):
     rng = np.random.default_rng(0)
     for i, p in enumerate((a, b)):
@@ -76,7 +77,7 @@ def test_second_process_lowers_nothing_and_garbage_is_replaced(tmp_path):
     first = _child(tmp_path, cache)
     files = sorted((tmp_path / "jax-executables").glob("*.kernel"))
     assert first["folder"] == str(tmp_path / "jax-executables")
-    assert first["loaded"] == 0 and first["lowered"] >= 3 and first["n_compiled"] >= 3
+    assert first["loaded"] == 0 and first["lowered"] >= 3 and first["n_compiled"] >= 1
     assert len(files) >= 3  # one per kernel whose key is complete (all of these)
     second = _child(tmp_path, cache)
     assert second["lowered"] == 0 and second["n_compiled"] == 0

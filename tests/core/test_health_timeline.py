@@ -224,12 +224,13 @@ def test_mapped_files_in_flight_match_in_memory_trees_and_numpy(tmp_path, monkey
     """safetensors leaves read as views of one map a file, several key paths in flight on
     the worker threads (chunks of 2,048 elements: a leaf of ten chunks is split in jobs),
     pages faulted in and released: the same figures as the trees in memory, and NumPy's."""
-    from inspector.core.health import host_batches, host_step
+    from inspector.core import file_maps
+    from inspector.core.health import host_step
 
     monkeypatch.setattr(host_step, "CHUNK", 2048)
     advised = []
-    real_advise = host_batches._advise
-    monkeypatch.setattr(host_batches, "_advise",
+    real_advise = file_maps.advise
+    monkeypatch.setattr(file_maps, "advise",
                         lambda m, o, n, a: advised.append(a) or real_advise(m, o, n, a))
     rng = np.random.default_rng(11)
     big = rng.standard_normal(9 * 2048 + 700).astype(np.float32)
@@ -245,7 +246,7 @@ def test_mapped_files_in_flight_match_in_memory_trees_and_numpy(tmp_path, monkey
                     "d_reshaped": np.ones((4, 3) if step < 2 else (3, 4), np.float32)})
         inspector.save(run[-1], tmp_path / f"ckpt_{step}.safetensors")
     files, memory = inspector.timeline(tmp_path), inspector.timeline(run)
-    assert host_batches._MADV_DONTNEED in advised and len(advised) >= 2 * 5 * 3
+    assert file_maps.MADV_DONTNEED in advised and len(advised) >= 2 * 5 * 3
     assert files.paths == memory.paths
     for key, value in files.sums.items():
         np.testing.assert_allclose(value, memory.sums[key], rtol=1e-12, equal_nan=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 import jax
@@ -206,6 +207,7 @@ def test_a_large_old_file_replaced_is_freed_after_the_rename(tmp_path, monkeypat
     out = tmp_path / "out" / "m.safetensors"
     out.parent.mkdir()
     out.write_bytes(b"old" * 1000)
+    gc.collect()  # maps of earlier tests' runs (released by JAX at a collection) closed first
     fds = len(os.listdir("/proc/self/fd"))
     merged = inspector.weighted_sum([a, b], [1.0, 0.0], out=out)
     for t in threading.enumerate():

@@ -4,9 +4,8 @@ threads (`host_step.py`) while the next key path's leaves are read.
 `timeline` walks the checkpoints key path by key path (a path's leaf at every step, then the
 next path). A leaf that lies in a local file as one native run (`LazyArray.region`, e.g. a
 safetensors tensor) is a memory map: reading it costs a `mmap` call and a page fault every few
-pages. `Batches.leaf` reads such a leaf as a view of its file's one map (made once a run, not
-once a leaf: a `np.memmap` costs ~40 us) and faults its pages in with one
-`madvise(MADV_POPULATE_READ)` (Linux 5.14+; else the pages are touched once), and
+pages. `Batches.leaf` reads such a leaf as a view of its file's one map (`file_maps.FileMaps`: made
+once a run, not once a leaf, as a `np.memmap` costs ~40 us; its pages faulted in), and
 `Batches.submit` hands a path's leaves to the worker threads and returns at once: the calling
 thread reads the next path while the workers reduce this one. At most `WINDOW` paths are in
 flight: memory holds the leaves of those and of the path being read (page-cache pages, not
@@ -23,16 +22,14 @@ from collections import deque
 import jax
 import numpy as np
 
-from inspector.core.errors import LoadError
+from inspector.core import file_maps
+from inspector.core.file_maps import FileMaps
 from inspector.core.health import step_kernel as sk
 from inspector.core.health.host_step import submit_steps
 from inspector.core.lazy import LazyArray
 
 WINDOW = 2
 """Key paths whose reductions may be under way while the next one is read."""
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux's value
-_MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
-_POPULATE = {"ok": hasattr(mmap.mmap, "madvise")}  # no madvise (Windows): pages touched
 
 
 def mapped(x: np.ndarray) -> bool:
@@ -44,39 +41,6 @@ def mapped(x: np.ndarray) -> bool:
     return False
 
 
-def _map_of(x: np.ndarray) -> mmap.mmap | None:
-    """The memory map under `x`, if any."""
-    while x is not None and not isinstance(x, mmap.mmap):
-        x = x.obj if isinstance(x, memoryview) else getattr(x, "base", None)
-    return x
-
-
-def _touch(x: np.ndarray) -> None:
-    flat = x.reshape(-1).view(np.uint8)
-    if flat.size:
-        flat[::mmap.PAGESIZE].max()
-
-
-def _address(m: mmap.mmap) -> int:
-    """Where `m`'s first byte lies in memory (`m` not empty)."""
-    return np.frombuffer(m, np.uint8, 1).ctypes.data
-
-
-def _advise(m: mmap.mmap, offset: int, nbytes: int, advice: int) -> bool:
-    """`madvise(advice)` over bytes `[offset, offset + nbytes)` of `m` (widened to whole
-    pages); False where the kernel refuses it (MADV_POPULATE_READ before Linux 5.14)."""
-    if not hasattr(m, "madvise") or advice == _MADV_POPULATE_READ and not _POPULATE["ok"]:
-        return False
-    start = offset - offset % mmap.PAGESIZE
-    try:
-        m.madvise(advice, start, min(len(m), offset + nbytes) - start)
-        return True
-    except (OSError, ValueError):
-        if advice == _MADV_POPULATE_READ:
-            _POPULATE["ok"] = False
-        return False
-
-
 class Batches:
     """Reduces runs of one key path's float32 leaves at successive steps on the worker
     threads, `WINDOW` runs in flight; `record(i, t, figures, size, paired)` stores each
@@ -85,7 +49,7 @@ class Batches:
     def __init__(self, record, device):
         self._record, self._device = record, device
         self._flight: deque = deque()
-        self._files: dict[str, mmap.mmap] = {}  # path -> its map, read-only, shared
+        self._maps = FileMaps()  # one read-only map a file, shared by its leaves
 
     def leaf(self, leaf) -> np.ndarray:
         """`leaf` read: a leaf with a `region` (one native row-major run of a local file) as
@@ -93,24 +57,7 @@ class Batches:
         in; others by their reader."""
         if not (isinstance(leaf, LazyArray) and leaf.region is not None and leaf.size):
             return np.asarray(leaf)
-        path, offset = leaf.region
-        m = self._files.get(path)
-        if m is None:
-            try:
-                with open(path, "rb") as f:
-                    m = self._files[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError) as exc:
-                raise LoadError(f"{leaf.source}: {path} could not be opened ({exc}).") from exc
-        nbytes = leaf.size * leaf.dtype.itemsize
-        if offset + nbytes > len(m):
-            raise LoadError(
-                f"{leaf.source}: the {leaf.dtype}{list(leaf.shape)} array at byte {offset} of "
-                f"{path} runs past its end ({len(m)} bytes). The file changed or shrank after "
-                "it was opened; load it again.")
-        x = np.frombuffer(m, leaf.dtype, leaf.size, offset).reshape(leaf.shape)
-        if not _advise(m, offset, nbytes, _MADV_POPULATE_READ):
-            _touch(x)  # an older kernel: a fault every few pages
-        return x
+        return self._maps.view(leaf)
 
     def submit(self, i: int, batch: list) -> None:
         """Starts the reduction of `batch` (key path `i`'s leaves at successive steps, each
@@ -144,10 +91,11 @@ class Batches:
                     *jax.device_put(pair, self._device)), np.float64)
             self._record(i, t, f, x.size, paired)
             batch[k][3] = True
-        ours = {id(m) for m in self._files.values()}
+        ours = {id(m) for m in self._maps.files.values()}
         for _, x, _, _ in batch:
-            m = _map_of(x)
+            m = file_maps.map_of(x)
             if m is not None and id(m) in ours:
                 # a view of its file's map: its pages unmapped (they stay in the page cache),
                 # so resident memory holds the paths in flight, not every file read so far
-                _advise(m, x.ctypes.data - _address(m), x.nbytes, _MADV_DONTNEED)
+                file_maps.advise(m, x.ctypes.data - file_maps.address(m), x.nbytes,
+                                 file_maps.MADV_DONTNEED)

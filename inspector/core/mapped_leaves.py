@@ -1,0 +1,125 @@
+"""`run` on the CPU: lazy leaves used where they lie in their files, not read into memory.
+
+Reading a checkpoint's leaves for a run copies every byte into fresh memory, and the fresh
+memory costs as much again in page faults: two 1.22 GB checkpoints took 0.95-1.3 s to read
+where a NumPy program mapping the same files reads nothing (issue 26). XLA's CPU client uses
+a host array without a copy when it starts on a 64-byte boundary, but a safetensors tensor
+starts wherever its header's length puts it (48 bytes past a boundary in a GPT-2-like file).
+So each such leaf is given to its kernel as a flat view of its file's map (`file_maps`) from
+the boundary at or before its first byte, `shift` elements longer, and the kernel slices the
+leaf out (a static slice: XLA reads the elements in place, no copy). The views are placed
+without a copy (`device_put(..., may_alias=True)`) and every execution reads the page
+cache's pages; each leaf's pages are faulted in once, while the kernels compile.
+
+What is mapped: a `LazyArray` with a `region` (one native row-major run of a local file),
+not empty, of a dtype XLA keeps as it is, at an offset that is a whole number of elements
+from a boundary, passed to a call that neither donates nor carries it, on a plan for one CPU
+device. Everything else is read as before (`host_read.read_leaves`). Kernels never write
+their inputs unless donated, so the read-only pages are never written.
+
+The maps live as long as the `PlannedRun`: `run` holds them for its executions only (a
+result never aliases them: the kernel's slice is its own buffer). A file truncated during
+the run would make its pages unreadable (SIGBUS), as for any memory-mapped reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from inspector.core.calls import Call
+from inspector.core.file_maps import FileMaps, aligned_shift
+from inspector.core.host_read import count_read
+from inspector.core.lazy import LazyArray
+
+_SUB_BYTE = {"float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "int2", "uint2", "int4",
+             "uint4"}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MappedLeaf:
+    """A lazy leaf bound for a kernel as a flat view of its file's map, `shift` elements
+    before its first one (what the kernel sees: `shape`, `dtype`)."""
+
+    leaf: LazyArray
+    shift: int
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.shift + self.leaf.size,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.leaf.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self.leaf.nbytes
+
+
+def map_calls(plan) -> int:
+    """Rewrites `plan.calls` so that their mappable lazy leaves (see the module) become
+    `MappedLeaf`s and their kernels slice them; returns how many leaves were."""
+    if plan.device.platform != "cpu" or plan.mesh is not None or not np.little_endian:
+        return 0
+    n = 0
+    for i, call in enumerate(plan.calls):
+        if call.shardings is not None or call.chain or call.carry:
+            continue
+        spots = []
+        for j, a in enumerate(call.args):
+            shift = _shift(a) if j not in call.donate else None
+            if shift is not None:
+                spots.append((j, shift, a.size, tuple(a.shape)))
+        if spots:
+            plan.calls[i] = _sliced(call, tuple(spots))
+            n += len(spots)
+    return n
+
+
+def _shift(a) -> int | None:
+    if not (isinstance(a, LazyArray) and a.region is not None and a._value is None
+            and a.size):
+        return None
+    dtype = np.dtype(a.dtype)
+    if dtype.name in _SUB_BYTE or jax.dtypes.canonicalize_dtype(dtype) != dtype:
+        return None
+    return aligned_shift(a)
+
+
+def _sliced(call: Call, spots: tuple) -> Call:
+    """`call` with the leaves at `spots` (`(position, shift, size, shape)`) given as flat
+    views from their boundaries, sliced by its kernel."""
+    inner = call.make
+
+    def make():
+        kernel = inner()
+
+        def sliced(*args):
+            args = list(args)
+            for j, shift, size, shape in spots:
+                args[j] = args[j][shift:shift + size].reshape(shape)
+            return kernel(*args)
+
+        return sliced
+
+    args = list(call.args)
+    for j, shift, _, _ in spots:
+        args[j] = MappedLeaf(args[j], shift)
+    return dataclasses.replace(call, key=("mapped", call.key, spots), make=make, args=args)
+
+
+def mapped_views(leaves) -> dict:
+    """`{id(m): view}` of each `MappedLeaf` in `leaves` (each file mapped once, each leaf's
+    pages faulted in, its bytes counted as read).
+
+    Raises:
+        LoadError: a file cannot be opened or is shorter than its header said.
+    """
+    maps, out = FileMaps(), {}
+    for m in leaves:
+        out[id(m)] = maps.view(m.leaf, m.shift)
+        count_read(m.nbytes)
+    return out
