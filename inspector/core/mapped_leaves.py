@@ -61,10 +61,10 @@ class MappedLeaf:
 
 def map_calls(plan) -> int:
     """Rewrites `plan.calls` so that their mappable lazy leaves (see the module) become
-    `MappedLeaf`s and their kernels slice them; returns how many leaves were."""
+    `MappedLeaf`s and their kernels slice them; returns how many distinct leaves were."""
     if plan.device.platform != "cpu" or plan.mesh is not None or not np.little_endian:
         return 0
-    n = 0
+    mapped: dict[int, MappedLeaf] = {}  # by leaf: a leaf in several calls is mapped once
     for i, call in enumerate(plan.calls):
         if call.shardings is not None or call.chain or call.carry:
             continue
@@ -73,10 +73,10 @@ def map_calls(plan) -> int:
             shift = _shift(a) if j not in call.donate else None
             if shift is not None:
                 spots.append((j, shift, a.size, tuple(a.shape)))
+                mapped.setdefault(id(a), MappedLeaf(a, shift))
         if spots:
-            plan.calls[i] = _sliced(call, tuple(spots))
-            n += len(spots)
-    return n
+            plan.calls[i] = _sliced(call, tuple(spots), mapped)
+    return len(mapped)
 
 
 def _shift(a) -> int | None:
@@ -89,7 +89,7 @@ def _shift(a) -> int | None:
     return aligned_shift(a)
 
 
-def _sliced(call: Call, spots: tuple) -> Call:
+def _sliced(call: Call, spots: tuple, mapped: dict) -> Call:
     """`call` with the leaves at `spots` (`(position, shift, size, shape)`) given as flat
     views from their boundaries, sliced by its kernel."""
     inner = call.make
@@ -106,8 +106,8 @@ def _sliced(call: Call, spots: tuple) -> Call:
         return sliced
 
     args = list(call.args)
-    for j, shift, _, _ in spots:
-        args[j] = MappedLeaf(args[j], shift)
+    for j, _, _, _ in spots:
+        args[j] = mapped[id(args[j])]
     return dataclasses.replace(call, key=("mapped", call.key, spots), make=make, args=args)
 
 

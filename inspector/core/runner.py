@@ -116,7 +116,9 @@ def run(op: Callable | Op, *args, device=None, repeats: int = 5, warmup: int = 1
     static index pattern, device): a new weight or index start reuses them. Compilation is
     timed apart; then `warmup` untimed executions, then `repeats` timed ones, each ended by
     `block_until_ready`. The op is planned (its inputs validated) once: every execution runs
-    that plan (`PlannedRun`).
+    that plan (`PlannedRun`). Lazy leaves are read once, before the executions; on the CPU a
+    leaf lying in a local file is not copied but used where it lies, in the file's memory map
+    (`mapped_leaves.py`), for this call's executions.
 
     Raises:
         InspectorError: bad inputs (see each op), or `repeats < 1`.

@@ -117,6 +117,12 @@ def test_a_leaf_off_its_element_boundary_is_read(tmp_path):
 
 def test_a_file_that_shrank_after_loading_is_refused_by_name(tmp_path):
     a, b = _pair(tmp_path, 2)
+    before = host_read.stats()["bytes"]
+    twice = PlannedRun(inspector.weighted_sum, [a, a], [1.0, 1.0], device="cpu:0",
+                       map_files=True)  # one tree twice: each leaf mapped and counted once
+    assert twice.mapped == 5
+    assert host_read.stats()["bytes"] - before == sum(
+        np.asarray(v).nbytes for v in _leaves(a).values())
     path = tmp_path / "b.safetensors"
     os.truncate(path, os.path.getsize(path) - 100)
     with pytest.raises(LoadError, match=r"b\.safetensors.*(shrank|ended)"):
