@@ -77,11 +77,11 @@ class FileMaps:
                 raise LoadError(f"{source}: {path} could not be opened ({exc}).") from exc
         return m
 
-    def view(self, leaf, shift: int | None = None) -> np.ndarray:
+    def view(self, leaf, shift: int | None = None, length: int | None = None) -> np.ndarray:
         """`leaf` (a `LazyArray` with a `region`, not empty) as a view of its file's map, its
-        pages faulted in. With `shift`, a flat view of `shift + leaf.size` elements starting
-        `shift` elements before the leaf (`aligned_shift` gives the one that starts on an
-        `ALIGN` boundary).
+        pages faulted in. With `shift`, a flat view of `length` elements (at least `shift +
+        leaf.size`; by default that) starting `shift` elements before the leaf
+        (`aligned_shift` gives the one that starts on an `ALIGN` boundary).
 
         Raises:
             LoadError: the file cannot be opened, or is now shorter than its header said.
@@ -96,7 +96,13 @@ class FileMaps:
                 f"{path} runs past its end ({len(m)} bytes). The file changed or shrank after "
                 "it was opened; load it again.")
         start = offset - (shift or 0) * itemsize
-        x = np.frombuffer(m, leaf.dtype, leaf.size + (shift or 0), start)
+        count = leaf.size + (shift or 0) if length is None else length
+        if start + count * itemsize > len(m):
+            raise LoadError(
+                f"{leaf.source}: the {leaf.dtype}{list(leaf.shape)} array at byte {offset} of "
+                f"{path} runs past its end ({len(m)} bytes). The file changed or shrank after "
+                "it was opened; load it again.")
+        x = np.frombuffer(m, leaf.dtype, count, start)
         if not advise(m, start, offset + nbytes - start, MADV_POPULATE_READ):
             _touch(x)  # an older kernel: a fault every few pages
         return x.reshape(leaf.shape) if shift is None else x

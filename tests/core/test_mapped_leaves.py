@@ -32,6 +32,8 @@ def _pair(tmp_path, seed: int):
     for name in ("a", "b"):
         plain = {"f32": rng.standard_normal((64, 33)).astype(np.float32),
                  "g32": rng.standard_normal((3, 5)).astype(np.float32),
+                 # g32's shape 60 bytes later: another shift, the same kernel
+                 "k32": rng.standard_normal((3, 5)).astype(np.float32),
                  "h16": rng.standard_normal((4, 4)).astype(np.float16),
                  "x64": rng.standard_normal(7)}
         save_file(plain, str(tmp_path / f"{name}.safetensors"))
@@ -42,6 +44,11 @@ def _pair(tmp_path, seed: int):
     trees = [{"plain": inspector.load(f"{p}.safetensors"),
               "low": inspector.load(f"{p}_low.safetensors")} for p in paths]
     return trees
+
+
+def _mappable(trees) -> int:
+    """Leaves `run` maps: those of a dtype JAX keeps (float64 is not, here)."""
+    return sum(x.dtype != np.float64 for tree in trees for x in jax.tree_util.tree_leaves(tree))
 
 
 def _leaves(tree) -> dict:
@@ -55,7 +62,7 @@ def test_run_maps_file_leaves_reads_each_byte_once_and_matches_numpy(tmp_path):
     planned = PlannedRun(inspector.weighted_sum, [a, b], [0.25, -1.5], device="cpu:0",
                          map_files=True)
     # float64 is not mapped (JAX keeps float32 here: the leaf is read and converted)
-    assert planned.mapped == 2 * 5
+    assert planned.mapped == _mappable([a, b]) == 2 * 6
     assert host_read.stats()["bytes"] - before == sum(
         np.asarray(v).nbytes for v in [*la.values(), *lb.values()])
     assert not any(isinstance(x, MappedLeaf) for c in planned.plan.calls for x in c.args)
@@ -73,7 +80,8 @@ def test_run_maps_file_leaves_reads_each_byte_once_and_matches_numpy(tmp_path):
 
 def test_mapped_and_read_runs_give_the_same_bits_for_every_op(tmp_path):
     a, b = _pair(tmp_path, 1)
-    where = {"plain": {"f32": "1:40:3, -2", "g32": "2", "h16": ":", "x64": "3"}, "low": "2:"}
+    where = {"plain": {"f32": "1:40:3, -2", "g32": "2", "h16": ":", "k32": "1:, ::2",
+                       "x64": "3"}, "low": "2:"}
     ops = [(inspector.weighted_sum, ([a, b], [0.5, 2.0]), {}),
            (inspector.stack, ([a, b],), {}),
            (inspector.index, (a, where), {})]
@@ -92,15 +100,18 @@ def _by_hand(path, half: np.ndarray, single: np.ndarray) -> None:
     """A safetensors file with a float32 tensor 6 bytes past its float16 one: the format
     allows it (the reference writer sorts tensors by alignment, so it never writes one)."""
     header = {"a_half": {"dtype": "F16", "shape": [3], "data_offsets": [0, 6]},
-              "b_single": {"dtype": "F32", "shape": [5], "data_offsets": [6, 26]}}
+              "b_single": {"dtype": "F32", "shape": [5], "data_offsets": [6, 26]},
+              "c_tail": {"dtype": "F32", "shape": [256], "data_offsets": [26, 1050]}}
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
-    path.write_bytes(struct.pack("<Q", len(text)) + text + half.tobytes() + single.tobytes())
+    tail = np.arange(256, dtype=np.float32)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + half.tobytes() + single.tobytes()
+                     + tail.tobytes())
 
 
 def test_a_leaf_off_its_element_boundary_is_read(tmp_path):
-    """No whole number of elements from a 64-byte boundary: read as before; the float16
-    leaf beside it is mapped."""
+    """No whole number of elements from a 64-byte boundary (both float32 leaves, 2 bytes off
+    theirs): read as before; the float16 leaf before them is mapped."""
     for name in ("a", "b"):
         _by_hand(tmp_path / f"{name}.safetensors", np.arange(3, dtype=np.float16),
                  np.arange(5, dtype=np.float32) + (name == "b"))
@@ -110,6 +121,7 @@ def test_a_leaf_off_its_element_boundary_is_read(tmp_path):
     np.testing.assert_array_equal(np.asarray(r.result["b_single"]),
                                   np.arange(5) + 10 * (np.arange(5) + 1))
     np.testing.assert_array_equal(np.asarray(r.result["a_half"]), 11 * np.arange(3))
+    np.testing.assert_array_equal(np.asarray(r.result["c_tail"]), 11 * np.arange(256))
     planned = PlannedRun(inspector.weighted_sum, [a, b], [1.0, 1.0], device="cpu:0",
                          map_files=True)
     assert planned.mapped == 2
@@ -120,7 +132,7 @@ def test_a_file_that_shrank_after_loading_is_refused_by_name(tmp_path):
     before = host_read.stats()["bytes"]
     twice = PlannedRun(inspector.weighted_sum, [a, a], [1.0, 1.0], device="cpu:0",
                        map_files=True)  # one tree twice: each leaf mapped and counted once
-    assert twice.mapped == 5
+    assert twice.mapped == _mappable([a])
     assert host_read.stats()["bytes"] - before == sum(
         np.asarray(v).nbytes for v in _leaves(a).values())
     path = tmp_path / "b.safetensors"
