@@ -143,3 +143,25 @@ def test_a_file_that_shrank_after_loading_is_refused_by_name(tmp_path):
     r = inspector.run(inspector.weighted_sum, [a, a], [1.0, 1.0], repeats=1, warmup=0)
     np.testing.assert_allclose(np.asarray(r.result["plain"]["g32"]),
                                2 * np.asarray(a["plain"]["g32"]), rtol=1e-6)
+
+
+def test_npz_members_off_their_element_boundaries_are_read(tmp_path):
+    """`np.savez` stores members uncompressed, each a run of the zip file (`region`), but
+    wherever the zip's headers leave them: not a whole number of elements from a 64-byte
+    boundary, so `run` reads them, with the same values."""
+    rng = np.random.default_rng(3)
+    values = []
+    for name in ("a", "b"):
+        values.append({"w": rng.standard_normal((40, 24)).astype(np.float32),
+                       "v": rng.standard_normal(37).astype(np.float32)})
+        np.savez(tmp_path / f"{name}.npz", **values[-1])
+    a, b = (inspector.load(tmp_path / f"{n}.npz") for n in "ab")
+    leaves = jax.tree_util.tree_leaves([a, b])
+    assert all(x.region is not None and x.region[1] % 4 for x in leaves)
+    planned = PlannedRun(inspector.weighted_sum, [a, b], [3.0, -0.5], device="cpu:0",
+                         map_files=True)
+    assert planned.mapped == 0
+    result, _ = planned.execute()
+    for key in ("w", "v"):
+        np.testing.assert_allclose(np.asarray(result[key]), 3.0 * values[0][key].astype(
+            np.float64) - 0.5 * values[1][key], rtol=1e-6, atol=1e-6)
