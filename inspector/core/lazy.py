@@ -18,6 +18,9 @@ class LazyArray:
     the array was laid out over devices when it was saved (`SavedSharding`), if the file says.
     `quant` says, in words, how a quantized leaf is stored when its file holds it quantized
     (a GGUF `Q4_K` tensor read as float32); `describe` shows it as `Row.quant`.
+    `layout` and `file` are set with `shape`, `dtype` and `source` (treat those as read-only):
+    one shared `Layout` per (shape, dtype) and the file part of `source` (before its last
+    ":"), one string per file, so a walk compares them by identity (`quant_groups`).
 
     >>> leaf = LazyArray((2, 3), "float32", lambda: np.zeros((2, 3), np.float32), source="x")
     >>> leaf.shape, leaf.dtype, leaf.nbytes
@@ -27,7 +30,7 @@ class LazyArray:
     """
 
     __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding", "quant",
-                 "region")
+                 "region", "layout", "file")
 
     def __init__(
         self,
@@ -50,6 +53,14 @@ class LazyArray:
         # (path, offset) when the data is one native row-major run of a local file (its reader
         # says so): `inspector.core.host_read` reads it in place, with no memory map
         self.region = getattr(reader, "region", None)
+        # `layout_of` and `file_of`, inline (every leaf of a checkpoint is made here)
+        key = (self.shape, self.dtype)
+        layout = _LAYOUTS.get(key)
+        self.layout = layout_of(*key) if layout is None else layout
+        cut = source.rfind(":")
+        name = source[:cut] if cut > 0 else source
+        file = _FILES.get(name)
+        self.file = file_of(source) if file is None else file
 
     @property
     def ndim(self) -> int:
@@ -108,6 +119,47 @@ class LazyArray:
 
     def __repr__(self) -> str:
         return f"LazyArray({self.dtype}{list(self.shape)}, source={self.source!r})"
+
+
+class Layout:
+    """A (shape, dtype) pair, one object per pair (`layout_of`): hashed and compared by
+    identity, so a signature of leaves' layouts costs no hash of shapes or dtypes."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __repr__(self) -> str:
+        return f"Layout({self.dtype}{list(self.shape)})"
+
+
+_LAYOUTS: dict = {}
+_FILES: dict = {}
+_INTERNED = 1 << 16  # entries kept at most (tokens are compared only by identity: a table
+# emptied makes new tokens for old pairs, never wrong ones)
+
+
+def layout_of(shape: tuple, dtype: np.dtype) -> Layout:
+    """The one `Layout` of `shape` (a tuple of ints) and `dtype` (an `np.dtype`)."""
+    key = (shape, dtype)
+    token = _LAYOUTS.get(key)
+    if token is None:
+        if len(_LAYOUTS) >= _INTERNED:
+            _LAYOUTS.clear()
+        token = _LAYOUTS[key] = Layout()
+        token.shape, token.dtype = shape, dtype
+    return token
+
+
+def file_of(source: str) -> str:
+    """The file part of a leaf's `source` (`path:tensor` -> `path`; all of it without a
+    ":"), one string object per file."""
+    cut = source.rfind(":")
+    name = source[:cut] if cut > 0 else source
+    token = _FILES.get(name)
+    if token is None:
+        if len(_FILES) >= _INTERNED:
+            _FILES.clear()
+        token = _FILES[name] = name
+    return token
 
 
 def read_ahead(values: Iterable, ahead: int = 8) -> Iterator:

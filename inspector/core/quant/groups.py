@@ -46,7 +46,7 @@ class QuantGroup:
     gets its own `problems` list when that is first read.
     """
 
-    __slots__ = ("_kind", "_at", "_problems", "_parent", "_members")
+    __slots__ = ("_kind", "_at", "_up", "_problems", "_parent", "_members")
 
     scheme = property(lambda self: self._kind.scheme)
     shape = property(lambda self: self._kind.shape)
@@ -68,15 +68,26 @@ class QuantGroup:
             return self._problems
 
     @property
+    def _where(self) -> str:
+        """The holding dict's key path: set, or joined when first read from the path of the
+        dict above it (`_up`) and the last key (a group the walk found in a dict of two
+        leaves)."""
+        try:
+            return self._at
+        except AttributeError:
+            self._at = at = f"{self._up}[{self._parent[1]!r}]"
+            return at
+
+    @property
     def path(self) -> str:
-        return self._at + self._kind.frag
+        return self._where + self._kind.frag
 
     @property
     def members(self) -> dict:
         try:
             return self._members
         except AttributeError:
-            kind, at = self._kind, self._at
+            kind, at = self._kind, self._where
             self._members = dict(zip(kind.roles, [at + f for f in kind.frags], strict=True))
             return self._members
 
@@ -85,7 +96,7 @@ class QuantGroup:
         """The key path of the member whose row shows the group (its codes); None for a
         scale with no weight."""
         main = self._kind.main
-        return None if main is None else self._at + main
+        return None if main is None else self._where + main
 
     @property
     def steps(self) -> tuple:
@@ -187,6 +198,7 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int, found: dict,
     except TypeError:  # keys of mixed types: JAX keeps insertion order
         inner, sortable = list(node), False
     lazy, ndarray = LazyArray, np.ndarray
+    new, group = _NEW, QuantGroup
     mark = len(out)
     leafy = False
     prefix = _LAST_FILE[0]
@@ -197,6 +209,23 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int, found: dict,
             if len(child) == 2:
                 (ka, a), (kb, b) = child.items()
                 ta, tb = type(a), type(b)
+                if ta is lazy and tb is lazy:  # a checkpoint's: signed by interned tokens
+                    sig = (ka, kb, a.layout, b.layout)
+                    kinds_ = found.get(sig)
+                    if kinds_ is None:
+                        kinds_ = found[sig] = _analysed(child, child)
+                    if kinds_:
+                        if a.file is b.file:  # one file: not split (the path joined when read)
+                            link = (keys, k)
+                            for kind in kinds_:
+                                g = new(group)
+                                g._kind, g._up, g._parent = kind, path, link
+                                out.append(g)
+                        else:
+                            _records(kinds_, child, path + (frags.get(k) or _frag(frags, k)),
+                                     (keys, k), out)
+                            prefix = _LAST_FILE[0]
+                    continue
                 if (ta is lazy or ta is ndarray) and (tb is lazy or tb is ndarray):
                     kinds_ = found.get((ka, kb, a.shape, a.dtype, b.shape, b.dtype))
                     if kinds_ is None:
