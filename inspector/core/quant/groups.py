@@ -46,7 +46,7 @@ class QuantGroup:
     gets its own `problems` list when that is first read.
     """
 
-    __slots__ = ("_kind", "_at", "_up", "_problems", "_parent", "_members")
+    __slots__ = ("_kind", "_at", "_up", "_key", "_problems", "_parent", "_members")
 
     scheme = property(lambda self: self._kind.scheme)
     shape = property(lambda self: self._kind.shape)
@@ -57,7 +57,15 @@ class QuantGroup:
     usable = property(lambda self: self._kind.usable,
                       doc="Whether it can be dequantized: every member present, shapes "
                           "that tile.")
-    parent = property(lambda self: self._parent)
+
+    @property
+    def parent(self) -> tuple:
+        """The holding dict's keys from the root, linked: `(parent's link, key)`."""
+        try:
+            key = self._key  # found in a dict of two leaves: `_parent` is the link above
+        except AttributeError:
+            return self._parent
+        return (self._parent, key)  # not kept: a record is never changed once made
 
     @property
     def problems(self) -> list:
@@ -75,7 +83,7 @@ class QuantGroup:
         try:
             return self._at
         except AttributeError:
-            self._at = at = f"{self._up}[{self._parent[1]!r}]"
+            self._at = at = f"{self._up}[{self.parent[1]!r}]"
             return at
 
     @property
@@ -102,7 +110,7 @@ class QuantGroup:
     def steps(self) -> tuple:
         """The steps from the root to the dict holding the members: raw dict keys, and
         `(keystr,)` for a step through a list, tuple or custom node."""
-        out, link = [], self._parent
+        out, link = [], self.parent
         while link:
             link, key = link[0], link[1]
             out.append(key)
@@ -216,10 +224,9 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int, found: dict,
                         kinds_ = found[sig] = _analysed(child, child)
                     if kinds_:
                         if a.file is b.file:  # one file: not split (the path joined when read)
-                            link = (keys, k)
-                            for kind in kinds_:
+                            for kind in kinds_:  # `_parent` + `_key`: the link made when read
                                 g = new(group)
-                                g._kind, g._up, g._parent = kind, path, link
+                                g._kind, g._up, g._parent, g._key = kind, path, keys, k
                                 out.append(g)
                         else:
                             _records(kinds_, child, path + (frags.get(k) or _frag(frags, k)),
