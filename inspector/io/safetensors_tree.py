@@ -86,7 +86,7 @@ def load_tree(location: LocalFile, raw: tuple[bytes, int, int]) -> dict | None:
 def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, list]:
     kinds: dict[Any, tuple] = {}  # per header, as the careful path: a missing ml_dtypes raises
     prefix = f"{path}:"
-    file = file_of(prefix)  # `LazyArray.file`: the file's one string
+    file = file_of(prefix)  # `LazyArray._file`: the file's one string
     root: dict = {}
     dims: list = []
     begins: list = []
@@ -127,7 +127,7 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
         leaf.dtype = native
         leaf.layout = layout
         leaf.source = prefix + name
-        leaf.file = file
+        leaf._file = file
         leaf._cache = False
         leaf._value = leaf.sharding = leaf.quant = None
         parent, dot, key = name.rpartition(".")

@@ -223,7 +223,10 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int, found: dict,
                     if kinds_ is None:
                         kinds_ = found[sig] = _analysed(child, child)
                     if kinds_:
-                        if a.file is b.file:  # one file: not split (the path joined when read)
+                        file = a._file  # one file (a reader's one string, else by name)
+                        if (file is b._file and file is not None) or (
+                                prefix and a.source.startswith(prefix) and
+                                b.source.startswith(prefix)):  # not split: no shard check
                             for kind in kinds_:  # `_parent` + `_key`: the link made when read
                                 g = new(group)
                                 g._kind, g._up, g._parent, g._key = kind, path, keys, k
