@@ -42,7 +42,8 @@ class QuantGroup:
 
     A record costs a few hundred nanoseconds: what every dict of one leaf layout shares (the
     scheme, shapes, layout, member names) is one `kinds.Kind`, the key paths are joined
-    from the holding dict's path when read, and a group with no problems beyond its kind's
+    from the holding dict's path when read (for a dict of two leaves, the holding dict's
+    path and its `(parent, key)` link too), and a group with no problems beyond its kind's
     gets its own `problems` list when that is first read.
     """
 
