@@ -18,6 +18,10 @@ class LazyArray:
     the array was laid out over devices when it was saved (`SavedSharding`), if the file says.
     `quant` says, in words, how a quantized leaf is stored when its file holds it quantized
     (a GGUF `Q4_K` tensor read as float32); `describe` shows it as `Row.quant`.
+    `layout` is set with `shape` and `dtype` (treat those as read-only): one shared `LayoutToken`
+    per (shape, dtype), so a walk compares leaves' layouts by identity (`quant_groups`).
+    `_file` is the file part of `source` (`file_of`), one string per file, where the reader
+    that made the leaf set it (`io.safetensors_tree`), else None.
 
     >>> leaf = LazyArray((2, 3), "float32", lambda: np.zeros((2, 3), np.float32), source="x")
     >>> leaf.shape, leaf.dtype, leaf.nbytes
@@ -27,7 +31,7 @@ class LazyArray:
     """
 
     __slots__ = ("shape", "dtype", "_reader", "source", "_cache", "_value", "sharding", "quant",
-                 "region")
+                 "region", "layout", "_file")
 
     def __init__(
         self,
@@ -50,6 +54,10 @@ class LazyArray:
         # (path, offset) when the data is one native row-major run of a local file (its reader
         # says so): `inspector.core.host_read` reads it in place, with no memory map
         self.region = getattr(reader, "region", None)
+        key = (self.shape, self.dtype)  # `layout_of`, inline (every leaf is made here)
+        layout = _LAYOUTS.get(key)
+        self.layout = layout_of(*key) if layout is None else layout
+        self._file = None  # not found here: `source.rfind` alone would cost 0.15 us a leaf
 
     @property
     def ndim(self) -> int:
@@ -108,6 +116,47 @@ class LazyArray:
 
     def __repr__(self) -> str:
         return f"LazyArray({self.dtype}{list(self.shape)}, source={self.source!r})"
+
+
+class LayoutToken:
+    """A (shape, dtype) pair, one object per pair (`layout_of`): hashed and compared by
+    identity, so a signature of leaves' layouts costs no hash of shapes or dtypes."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __repr__(self) -> str:
+        return f"LayoutToken({self.dtype}{list(self.shape)})"
+
+
+_LAYOUTS: dict = {}
+_FILES: dict = {}
+_INTERNED = 1 << 16  # entries kept at most (tokens are compared only by identity: a table
+# emptied makes new tokens for old pairs, never wrong ones)
+
+
+def layout_of(shape: tuple, dtype: np.dtype) -> LayoutToken:
+    """The one `LayoutToken` of `shape` (a tuple of ints) and `dtype` (an `np.dtype`)."""
+    key = (shape, dtype)
+    token = _LAYOUTS.get(key)
+    if token is None:
+        if len(_LAYOUTS) >= _INTERNED:
+            _LAYOUTS.clear()
+        token = _LAYOUTS[key] = LayoutToken()
+        token.shape, token.dtype = shape, dtype
+    return token
+
+
+def file_of(source: str) -> str:
+    """The file part of a leaf's `source` (`path:tensor` -> `path`; all of it without a
+    ":"), one string object per file."""
+    cut = source.rfind(":")
+    name = source[:cut] if cut > 0 else source
+    token = _FILES.get(name)
+    if token is None:
+        if len(_FILES) >= _INTERNED:
+            _FILES.clear()
+        token = _FILES[name] = name
+    return token
 
 
 def read_ahead(values: Iterable, ahead: int = 8) -> Iterator:

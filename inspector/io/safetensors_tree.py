@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from inspector.core.lazy import LazyArray
+from inspector.core.lazy import LazyArray, file_of, layout_of
 from inspector.io import subbyte
 from inspector.io.dtypes import dtype_from_name
 from inspector.io.location import LocalFile
@@ -85,8 +85,8 @@ def load_tree(location: LocalFile, raw: tuple[bytes, int, int]) -> dict | None:
 
 def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, list]:
     kinds: dict[Any, tuple] = {}  # per header, as the careful path: a missing ml_dtypes raises
-    shapes: dict[tuple, tuple] = {}
     prefix = f"{path}:"
+    file = file_of(prefix)  # `LazyArray._file`: the file's one string
     root: dict = {}
     dims: list = []
     begins: list = []
@@ -102,12 +102,15 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
         shape = spec["shape"]
         extend(shape)  # as written: (2.0,) == (2,), and the shared one may be the other
         shape = tuple(shape)
-        shape = shapes.setdefault(shape, shape)  # experts share shapes: fewer live objects
         begin, end = spec["data_offsets"]
         kind = kinds.get(spec["dtype"])
         if kind is None:
-            kind = kinds[spec["dtype"]] = _kind(spec["dtype"])
-        stored, native, itemsize, in_place = kind
+            kind = kinds[spec["dtype"]] = (*_kind(spec["dtype"]), {})
+        stored, native, itemsize, in_place, shapes = kind
+        shared = shapes.get(shape)  # experts share shapes: one tuple and `LayoutToken` each
+        if shared is None:
+            shared = shapes[shape] = (shape, layout_of(shape, native))
+        shape, layout = shared
         nbytes = prod(shape) * itemsize
         if end - begin != nbytes:
             raise _Careful
@@ -122,7 +125,9 @@ def _build(header: dict, path: str, data_start: int) -> tuple[dict, list, list, 
             leaf._reader = _Mapped(path, data_start + begin, stored, shape, "C")
         leaf.shape = shape
         leaf.dtype = native
+        leaf.layout = layout
         leaf.source = prefix + name
+        leaf._file = file
         leaf._cache = False
         leaf._value = leaf.sharding = leaf.quant = None
         parent, dot, key = name.rpartition(".")

@@ -42,11 +42,12 @@ class QuantGroup:
 
     A record costs a few hundred nanoseconds: what every dict of one leaf layout shares (the
     scheme, shapes, layout, member names) is one `kinds.Kind`, the key paths are joined
-    from the holding dict's path when read, and a group with no problems beyond its kind's
+    from the holding dict's path when read (for a dict of two leaves, the holding dict's
+    path and its `(parent, key)` link too), and a group with no problems beyond its kind's
     gets its own `problems` list when that is first read.
     """
 
-    __slots__ = ("_kind", "_at", "_problems", "_parent", "_members")
+    __slots__ = ("_kind", "_at", "_up", "_key", "_problems", "_parent", "_members")
 
     scheme = property(lambda self: self._kind.scheme)
     shape = property(lambda self: self._kind.shape)
@@ -57,7 +58,15 @@ class QuantGroup:
     usable = property(lambda self: self._kind.usable,
                       doc="Whether it can be dequantized: every member present, shapes "
                           "that tile.")
-    parent = property(lambda self: self._parent)
+
+    @property
+    def parent(self) -> tuple:
+        """The holding dict's keys from the root, linked: `(parent's link, key)`."""
+        try:
+            key = self._key  # found in a dict of two leaves: `_parent` is the link above
+        except AttributeError:
+            return self._parent
+        return (self._parent, key)  # not kept: a record is never changed once made
 
     @property
     def problems(self) -> list:
@@ -68,15 +77,26 @@ class QuantGroup:
             return self._problems
 
     @property
+    def _where(self) -> str:
+        """The holding dict's key path: set, or joined when first read from the path of the
+        dict above it (`_up`) and the last key (a group the walk found in a dict of two
+        leaves)."""
+        try:
+            return self._at
+        except AttributeError:
+            self._at = at = f"{self._up}[{self.parent[1]!r}]"
+            return at
+
+    @property
     def path(self) -> str:
-        return self._at + self._kind.frag
+        return self._where + self._kind.frag
 
     @property
     def members(self) -> dict:
         try:
             return self._members
         except AttributeError:
-            kind, at = self._kind, self._at
+            kind, at = self._kind, self._where
             self._members = dict(zip(kind.roles, [at + f for f in kind.frags], strict=True))
             return self._members
 
@@ -85,13 +105,13 @@ class QuantGroup:
         """The key path of the member whose row shows the group (its codes); None for a
         scale with no weight."""
         main = self._kind.main
-        return None if main is None else self._at + main
+        return None if main is None else self._where + main
 
     @property
     def steps(self) -> tuple:
         """The steps from the root to the dict holding the members: raw dict keys, and
         `(keystr,)` for a step through a list, tuple or custom node."""
-        out, link = [], self._parent
+        out, link = [], self.parent
         while link:
             link, key = link[0], link[1]
             out.append(key)
@@ -187,6 +207,7 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int, found: dict,
     except TypeError:  # keys of mixed types: JAX keeps insertion order
         inner, sortable = list(node), False
     lazy, ndarray = LazyArray, np.ndarray
+    new, group = _NEW, QuantGroup
     mark = len(out)
     leafy = False
     prefix = _LAST_FILE[0]
@@ -197,6 +218,25 @@ def _walk(node, path: str, keys: tuple, out: list, depth: int, found: dict,
             if len(child) == 2:
                 (ka, a), (kb, b) = child.items()
                 ta, tb = type(a), type(b)
+                if ta is lazy and tb is lazy:  # a checkpoint's: signed by interned tokens
+                    sig = (ka, kb, a.layout, b.layout)
+                    kinds_ = found.get(sig)
+                    if kinds_ is None:
+                        kinds_ = found[sig] = _analysed(child, child)
+                    if kinds_:
+                        file = a._file  # one file (a reader's one string, else by name)
+                        if (file is b._file and file is not None) or (
+                                prefix and a.source.startswith(prefix) and
+                                b.source.startswith(prefix)):  # not split: no shard check
+                            for kind in kinds_:  # `_parent` + `_key`: the link made when read
+                                g = new(group)
+                                g._kind, g._up, g._parent, g._key = kind, path, keys, k
+                                out.append(g)
+                        else:
+                            _records(kinds_, child, path + (frags.get(k) or _frag(frags, k)),
+                                     (keys, k), out)
+                            prefix = _LAST_FILE[0]
+                    continue
                 if (ta is lazy or ta is ndarray) and (tb is lazy or tb is ndarray):
                     kinds_ = found.get((ka, kb, a.shape, a.dtype, b.shape, b.dtype))
                     if kinds_ is None:
