@@ -217,3 +217,17 @@ def alternated_rows(gbps: dict, cpu: dict, best: float) -> str:
         f"ratio {statistics.median(g) / best:.2f}; CPU time "
         f"{statistics.median(cpu[name]) * 1e3:.1f} ms a call (min {min(cpu[name]) * 1e3:.1f})"
         for name, g in gbps.items())
+
+
+def report_alternated(runs: dict[str, Callable[[], float]], rounds: int,
+                      header: Callable[[str, float], str]) -> None:
+    """Times `runs` against a fresh `Reference` (`alternated`) and prints `header(reference
+    kind, its GB/s)`, a line per run (`alternated_rows`) and the reference's summary."""
+    ref = Reference()
+    try:
+        gbps, cpu, ref_name, best = alternated(ref, runs, rounds)
+        print(header(ref_name, best))
+        print(alternated_rows(gbps, cpu, best))
+        print(ref.summary())
+    finally:
+        ref.close()

@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bandwidth import Reference, alternated, alternated_rows  # noqa: E402
+from bandwidth import report_alternated  # noqa: E402
 
 from inspector.core.quant import kernels  # noqa: E402
 
@@ -137,14 +137,10 @@ def main() -> None:
         base, _, width = name.partition("@")
         runs[name] = kernel(FORMULATIONS[base], codes, scales,
                             {"xla_cpu_prefer_vector_width": int(width)} if width else options)
-    ref = Reference()
-    gbps, cpu, ref_name, best = alternated(ref, runs, rounds)
-    print(f"{n} fp8 weights of {SIDE}x{SIDE} -> bf16 on {jax.devices()[0].device_kind}, "
-          f"{rounds} alternated rounds of 3, options {options or 'default'}, load average "
-          f"{os.getloadavg()[0]:.1f}; reference {ref_name} {best:.1f} GB/s")
-    print(alternated_rows(gbps, cpu, best))
-    print(ref.summary())
-    ref.close()
+    report_alternated(runs, rounds, lambda ref_name, best: (
+        f"{n} fp8 weights of {SIDE}x{SIDE} -> bf16 on {jax.devices()[0].device_kind}, "
+        f"{rounds} alternated rounds of 3, options {options or 'default'}, load average "
+        f"{os.getloadavg()[0]:.1f}; reference {ref_name} {best:.1f} GB/s"))
 
 
 if __name__ == "__main__":

@@ -300,7 +300,7 @@ def compare(names: list[str], n_params: float, rounds: int) -> None:
     """The dequantize kernels of `VARIANTS[name]`, each planned and compiled apart, timed
     alternately with the reference copies in one process: GB/s and CPU time per execution
     (the CPU time moves less with the machine's load than the wall time)."""
-    from bandwidth import Reference, alternated, alternated_rows
+    from bandwidth import report_alternated
 
     from inspector.core import kernel_cache
     from inspector.core.quant import kernels
@@ -317,14 +317,10 @@ def compare(names: list[str], n_params: float, rounds: int) -> None:
         finally:
             for attr, value in saved.items():
                 setattr(kernels, attr, value)
-    ref = Reference()
-    gbps, cpu, ref_name, best = alternated(ref, samplers, rounds)
-    print(f"dequantize fp8 -> bf16 of {n_params:.0e} params, variants alternated "
-          f"({rounds} rounds of 3; load average {os.getloadavg()[0]:.1f}); reference "
-          f"{ref_name} {best:.1f} GB/s:")
-    print(alternated_rows(gbps, cpu, best))
-    print(ref.summary())
-    ref.close()
+    report_alternated(samplers, rounds, lambda ref_name, best: (
+        f"dequantize fp8 -> bf16 of {n_params:.0e} params, variants alternated ({rounds} "
+        f"rounds of 3; load average {os.getloadavg()[0]:.1f}); reference {ref_name} "
+        f"{best:.1f} GB/s:"))
 
 
 def stores(rounds: int) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 
 from inspector.core.calls import Call
 from inspector.core.errors import LoadError
+from inspector.core.file_maps import ALIGN, SUB_BYTE
 from inspector.core.host_read import count_read, host_buffer, readable_in_place
 from inspector.core.kernel_cache import compiled_kernel
 from inspector.core.output_slots import _untouched
@@ -48,9 +49,6 @@ CHUNK_BYTES = 16 << 20
 BUFFERS = 4
 """Output buffers in rotation: one computing, the others waiting for or in the writer."""
 
-_SUB_BYTE = {"float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "int2", "uint2", "int4",
-             "uint4"}
-_ALIGN = 64  # XLA's CPU client aliases host memory aligned this much
 _PAGE = mmap.PAGESIZE
 
 
@@ -78,7 +76,7 @@ def chunk_pieces(plan, progress=None, chunk_bytes: int | None = None):
     if not elements or plan.device.platform != "cpu" or plan.mesh is not None \
             or not np.little_endian:
         return None
-    if any(e.out_dtype.name in _SUB_BYTE for e in elements):
+    if any(e.out_dtype.name in SUB_BYTE for e in elements):
         return None  # packed on write: leaf by leaf
     if not all(readable_in_place(x) or not math.prod(x.shape) for e in elements
                for x in e.inputs):
@@ -205,7 +203,7 @@ class _Input:
         if len(pieces) == 1:
             path, at, _ = pieces[0]
             mapped = self.maps.get(path)
-            begin = at - at % _ALIGN
+            begin = at - at % ALIGN
             if mapped is not None and (at - begin) % item == 0 \
                     and begin + (self.size + self.pad) * item <= mapped[1].size:
                 self.maps.check(path, begin + (self.size + self.pad) * item)
@@ -294,7 +292,7 @@ class _Segment:
         self.size = max(1, chunk_bytes // first.out_dtype.itemsize)
         self.inputs = []
         for j, x in enumerate(first.inputs):
-            pad = max(1, _ALIGN // x.dtype.itemsize)
+            pad = max(1, ALIGN // x.dtype.itemsize)
             self.inputs.append(_Input([e.inputs[j] for e in group], maps, self.size, pad))
         params = [jax.device_put(np.asarray(p), device) for p in first.params]
         spec = [jax.ShapeDtypeStruct((self.size,), first.out_dtype), *params]

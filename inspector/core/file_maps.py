@@ -25,6 +25,10 @@ MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
 ALIGN = 64
 """What XLA's CPU client needs to use a host array in place (an array starting elsewhere is
 copied)."""
+SUB_BYTE = frozenset({"float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "int2", "uint2",
+                      "int4", "uint4"})
+"""Dtypes stored packed, several elements a byte: their bytes are no array of elements to
+view in a map."""
 _POPULATE = {"ok": hasattr(mmap.mmap, "madvise")}  # no madvise (Windows): pages touched
 
 
@@ -90,14 +94,9 @@ class FileMaps:
         m = self._map(path, leaf.source)
         itemsize = leaf.dtype.itemsize
         nbytes = leaf.size * itemsize
-        if offset + nbytes > len(m):
-            raise LoadError(
-                f"{leaf.source}: the {leaf.dtype}{list(leaf.shape)} array at byte {offset} of "
-                f"{path} runs past its end ({len(m)} bytes). The file changed or shrank after "
-                "it was opened; load it again.")
         start = offset - (shift or 0) * itemsize
         count = leaf.size + (shift or 0) if length is None else length
-        if start + count * itemsize > len(m):
+        if start + count * itemsize > len(m):  # covers the leaf (count >= shift + size)
             raise LoadError(
                 f"{leaf.source}: the {leaf.dtype}{list(leaf.shape)} array at byte {offset} of "
                 f"{path} runs past its end ({len(m)} bytes). The file changed or shrank after "

@@ -31,12 +31,9 @@ import jax
 import numpy as np
 
 from inspector.core.calls import Call
-from inspector.core.file_maps import ALIGN, FileMaps, aligned_shift
+from inspector.core.file_maps import ALIGN, SUB_BYTE, FileMaps, aligned_shift
 from inspector.core.host_read import count_read
 from inspector.core.lazy import LazyArray
-
-_SUB_BYTE = {"float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "int2", "uint2", "int4",
-             "uint4"}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -81,12 +78,9 @@ def map_calls(plan) -> int:
             continue
         spots = []
         for j, a in enumerate(call.args):
-            m = mapped.get(id(a)) if j not in call.donate else None
-            if m is None and j not in call.donate:
-                m = _mappable(a, sizes)
-                if m is not None:
-                    mapped[id(a)] = m
+            m = None if j in call.donate else mapped.get(id(a)) or _mappable(a, sizes)
             if m is not None:
+                mapped[id(a)] = m
                 spots.append((j, m.length, a.size, tuple(a.shape)))
         if spots:
             plan.calls[i] = _sliced(call, tuple(spots), mapped, shifts, plan.device)
@@ -98,7 +92,7 @@ def _mappable(a, sizes: dict) -> MappedLeaf | None:
             and a.size):
         return None
     dtype = np.dtype(a.dtype)
-    if dtype.name in _SUB_BYTE or jax.dtypes.canonicalize_dtype(dtype) != dtype:
+    if dtype.name in SUB_BYTE or jax.dtypes.canonicalize_dtype(dtype) != dtype:
         return None
     shift = aligned_shift(a)
     if shift is None:
