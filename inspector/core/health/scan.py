@@ -1,7 +1,8 @@
 """`scan(tree)`: every leaf's NaN/Inf/zero counts, range, moments and norms, in one pass.
 
-A packed tree is scanned per dtype buffer: on the CPU, float32 and 16-bit float buffers by
-NumPy where they lie (`host_scan.py`: chunks cut at leaf boundaries, two threads); elsewhere
+A packed tree is scanned per dtype buffer: on the CPU, float32 and 16-bit float buffers where
+they lie, by one numba pass (`host_scan.py`, `scan_loops.py`: segments cut at leaf and chunk
+boundaries, two threads); elsewhere
 with one kernel per dtype over the flat buffer (`kernels.py`: rows of a fixed length, reduced
 once; `layout_rows.py`: which rows and masked pieces make each leaf). Plain and lazy trees are
 gathered a chunk at a time into such buffers, lazy leaves read one at a time, so a checkpoint
@@ -244,7 +245,7 @@ def _one_pass(device) -> bool:
 
 
 def _on_host(buffer, work: str, device) -> bool:
-    """Whether a buffer is reduced by NumPy where it lies (`host_scan.py`): float32 (or
+    """Whether a buffer is reduced where it lies on the host (`host_scan.py`): float32 (or
     16-bit floats) on the CPU, scanned on the CPU."""
     if work != "float32" or device.platform != "cpu" or \
             np.dtype(buffer.dtype).name not in host_scan.HOST_DTYPES:
