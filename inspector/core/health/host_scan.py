@@ -143,8 +143,7 @@ def _chunks(segment_pass, x, points, first, bits, sums, chunks) -> None:
         return
     if x.dtype == np.float32:
         a, b = first[chunks[0]], first[chunks[-1] + 1]
-        segment_pass(x, x.view(np.uint32), x.view(np.int32), points[a:b + 1], bits[a:b],
-                     sums[a:b])
+        segment_pass(x.view(np.uint32), points[a:b + 1], bits[a:b], sums[a:b])
         return
     wide = _widened()
     for c in chunks:
@@ -152,8 +151,7 @@ def _chunks(segment_pass, x, points, first, bits, sums, chunks) -> None:
         lo, hi = points[a], points[b]
         y = wide[:hi - lo]
         np.copyto(y, x[lo:hi], casting="unsafe")  # float16/bfloat16 to float32: exact
-        segment_pass(y, y.view(np.uint32), y.view(np.int32), points[a:b + 1] - lo,
-                     bits[a:b], sums[a:b])
+        segment_pass(y.view(np.uint32), points[a:b + 1] - lo, bits[a:b], sums[a:b])
 
 
 def decode_min_max(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -48,19 +48,38 @@ def _prefetch(typingctx, array, index):
                           i32(1)])
         return context.get_dummy_value()
     return numba.types.void(array, index), codegen
+
+
+@intrinsic
+def _float(typingctx, bits):
+    """The float32 whose bits are uint32 `bits` (numba has no scalar bit cast): the pass loads
+    each element once, as an integer, for the integer extrema and the float sums alike."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return numba.types.float32(bits), codegen
+
+
+@intrinsic
+def _signed(typingctx, bits):
+    """uint32 `bits` as int32 (a bit cast: no widening to 64 bits, as numba's int32() of a
+    uint32 would not vectorise)."""
+    def codegen(context, builder, signature, args):
+        return args[0]
+    return numba.types.int32(bits), codegen
 BITS = 3  # per segment: the bits' uint32 max, uint32 min, int32 max (as uint32)
 SUMS = 4  # per segment: sum d, sum d^2, zeros, shift (d = x - shift)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=FAST)
-def _moments(x, c):
-    """`(sum d, sum d^2)` of `d = x - c` (float32 in each block, float64 between blocks)."""
+def _moments(u, c):
+    """`(sum d, sum d^2)` of `d = x - c`, `u` the bits of float32 `x` (float32 in each block,
+    float64 between blocks)."""
     s, ss = 0.0, 0.0
-    for i in range(0, x.size, BLOCK):
-        xb = x[i:i + BLOCK]
+    for i in range(0, u.size, BLOCK):
+        ub = u[i:i + BLOCK]
         s32, ss32 = np.float32(0), np.float32(0)
-        for j in range(xb.size):
-            d = xb[j] - c
+        for j in range(ub.size):
+            d = _float(ub[j]) - c
             s32 += d
             ss32 += d * d
         s += s32
@@ -69,9 +88,9 @@ def _moments(x, c):
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=FAST)
-def segment_pass(x, u, iv, starts, bits, sums):
-    """For each segment `k` of float32 `x`, `[starts[k], starts[k + 1])` (`u`, `iv`: `x`'s
-    bits as uint32 and int32), writes `bits[k] = (uint32 max, uint32 min, int32 max)` and
+def segment_pass(u, starts, bits, sums):
+    """For each segment `k` of a float32 buffer, `[starts[k], starts[k + 1])` (`u`: its bits as
+    uint32), writes `bits[k] = (uint32 max, uint32 min, int32 max)` and
     `sums[k] = (sum d, sum d^2, zeros, shift)`. The shift is 0 unless the segment's mean is
     large against its spread (`sum x^2 > 4 M2`, where `M2 = sum x^2 - (sum x)^2 / n` would
     lose digits): then the segment (still in cache) is summed again about its mean, rounded
@@ -79,21 +98,22 @@ def segment_pass(x, u, iv, starts, bits, sums):
     fetched = 0  # the lines before this one are fetched (or asked for)
     for k in range(starts.size - 1):
         a, b = starts[k], starts[k + 1]
-        xs, us, ivs = x[a:b], u[a:b], iv[a:b]
+        us = u[a:b]
         umax, umin, imax = np.uint32(0), np.uint32(0xFFFFFFFF), np.int32(-2147483648)
         s, ss, zeros = 0.0, 0.0, 0.0
-        for i in range(0, xs.size, BLOCK):
-            end = min(a + i + AHEAD + BLOCK, x.size)
+        for i in range(0, us.size, BLOCK):
+            end = min(a + i + AHEAD + BLOCK, u.size)
             for p in range(max(fetched, a + i + AHEAD), end, LINE):
-                _prefetch(x, p)
+                _prefetch(u, p)
             fetched = max(fetched, end)
-            xb, ub, ib = xs[i:i + BLOCK], us[i:i + BLOCK], ivs[i:i + BLOCK]
+            ub = us[i:i + BLOCK]
             s32, ss32, z32 = np.float32(0), np.float32(0), np.float32(0)
-            for j in range(xb.size):
-                v, w = xb[j], ub[j]
+            for j in range(ub.size):
+                w = ub[j]
+                v = _float(w)
                 umax = max(umax, w)
                 umin = min(umin, w)
-                imax = max(imax, ib[j])
+                imax = max(imax, _signed(w))
                 s32 += v
                 ss32 += v * v
                 z32 += np.float32(v == np.float32(0))
@@ -105,5 +125,5 @@ def segment_pass(x, u, iv, starts, bits, sums):
         n = b - a
         if n > 0 and np.isfinite(s) and np.isfinite(ss) and ss > 4 * (ss - s * s / n):
             shift = np.float32(s / n)
-            s, ss = _moments(xs, shift)
+            s, ss = _moments(us, shift)
         sums[k, 0], sums[k, 1], sums[k, 2], sums[k, 3] = s, ss, zeros, shift
