@@ -1,17 +1,18 @@
-"""Why `scan` on the CPU stops near a third of the copy reference: the cost of each pass.
+"""What each way of computing the scan's figures costs on the CPU, in one run.
 
     python benchmarks/bench_scan_passes.py [--mb 400] [--xla]
 
-`inspector.scan` on the CPU (`core/health/host_scan.py`) reduces a float32 buffer a 1 MiB
-chunk at a time with five NumPy/BLAS passes while the chunk is in cache: min, max, a count of
-zeros (`==` then `count_nonzero`), BLAS row sums and BLAS row sums of squares (no NumPy or BLAS
-routine computes two of these figures in one pass). This prints, on one buffer of `--mb` MB in
-the same run:
+`inspector.scan` on the CPU (`core/health/host_scan.py`) reduces a float32 buffer with one
+numba pass (`core/health/scan_loops.py`) that computes min, max, zeros, sum and sum of squares
+while reading each element once. Before it, five NumPy/BLAS passes per 1 MiB chunk did (no
+NumPy or BLAS routine computes two of these figures in one pass). This prints, on one buffer
+of `--mb` MB in the same run:
 
 1. the single-pass references: a 2-thread copy (read + write) and a 2-thread `max` (read only);
-2. each pass over every chunk, one thread, in thread CPU time (the first pass also reads the
-   chunk from memory), their total, and the total's throughput on two ideal cores;
-3. with `--xla`: the same figures as jitted XLA formulations (reductions over the major axis
+2. the numba pass over the buffer, one thread and two threads (wall time);
+3. each NumPy pass over every chunk, one thread, in thread CPU time (the first pass also reads
+   the chunk from memory), their total, and the total's throughput on two ideal cores;
+4. with `--xla`: the same figures as jitted XLA formulations (reductions over the major axis
    of `(rows, 1024)`, a loop over blocks of rows): XLA's CPU backend emits one loop per
    reduction and a scalar loop for a reduction with a fused elementwise producer.
 """
@@ -52,6 +53,25 @@ def references(x: np.ndarray) -> None:
           f"this copy")
     print(f"max, 2 threads:  {read * 1e3:6.1f} ms = {x.nbytes / read / 1e9:5.1f} GB/s read "
           f"(one streaming pass)")
+    pool.shutdown()
+
+
+def one_pass(x: np.ndarray) -> None:
+    from inspector.core.health import scan_loops
+
+    u = x.view(np.uint32)
+    pool = ThreadPoolExecutor(2)
+    halves = [np.array([0, x.size // 2], np.int64), np.array([x.size // 2, x.size], np.int64)]
+
+    def run(starts):
+        scan_loops.segment_pass(u, starts, np.empty((1, scan_loops.BITS), np.uint32),
+                                np.empty((1, scan_loops.SUMS)))
+
+    one = best_of(lambda: run(np.array([0, x.size], np.int64)))
+    two = best_of(lambda: list(pool.map(run, halves)))
+    for name, t in (("1 thread", one), ("2 threads", two)):
+        print(f"numba pass, {name:9s} {t * 1e3:6.1f} ms = {x.nbytes / t / 1e9:5.1f} GB/s read "
+              f"(every figure: scan_loops.segment_pass, wall time)")
     pool.shutdown()
 
 
@@ -132,6 +152,7 @@ def main() -> None:
     print(f"numpy {np.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
           f"{x.nbytes / 1e6:.0f} MB float32")
     references(x)
+    one_pass(x)
     passes(x)
     if args.xla:
         xla(x)
