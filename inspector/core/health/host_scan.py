@@ -100,7 +100,6 @@ def host_rows(x: np.ndarray, points: np.ndarray) -> np.ndarray:
     return rows
 
 
-_LOCAL = threading.local()
 _PREPARE = threading.Lock()
 _PREPARED: list[threading.Thread] = []
 
@@ -126,6 +125,9 @@ def _warm() -> None:
             host_rows(y, np.array([0, 64], np.int64))
     except Exception:  # noqa: BLE001 -- the scan that needs the pass raises it
         pass
+
+
+_LOCAL = threading.local()
 
 
 def _widened() -> np.ndarray:
