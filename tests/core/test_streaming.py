@@ -1,5 +1,6 @@
 """Ops over lazy (checkpoint) trees read one leaf at a time."""
 
+import threading
 import weakref
 
 import numpy as np
@@ -9,22 +10,26 @@ from inspector import LazyArray
 
 
 class Tracker:
-    """Counts reads and the most leaf arrays alive at once."""
+    """Counts reads and the most leaf arrays alive at once (reads and frees may happen in
+    worker threads: counted under a lock)."""
 
     def __init__(self):
         self.reads = 0
         self.alive = 0
         self.peak = 0
+        self.lock = threading.Lock()
 
     def _freed(self):
-        self.alive -= 1
+        with self.lock:
+            self.alive -= 1
 
     def lazy(self, value: np.ndarray, name: str) -> LazyArray:
         def reader():
-            self.reads += 1
             out = value.copy()
-            self.alive += 1
-            self.peak = max(self.peak, self.alive)
+            with self.lock:
+                self.reads += 1
+                self.alive += 1
+                self.peak = max(self.peak, self.alive)
             weakref.finalize(out, self._freed)
             return out
 
