@@ -23,12 +23,36 @@ from __future__ import annotations
 import numba
 import numpy as np
 from llvmlite import ir
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 FAST = {"reassoc", "contract", "nsz", "arcp"}  # never nnan/ninf: NaN must reach the sums
 BLOCK = 1024
+AHEAD = 4096
+"""Elements of `b` fetched ahead of the pass (16 KiB of float32: `_prefetch` of each cache
+line while the block in hand is computed; `a`, the step before's chunk, is in cache already).
+Measured on the largest leaf of the 300 MB benchmark, 8 steps chunk-major in one thread:
+0.47-0.52 ns of CPU an element against 0.56-0.57 without (2-8 KiB ahead alike)."""
+LINE = 16  # float32 elements in a 64-byte cache line
 SUM_SQ, DIFF_SQ, CHANGED = range(3)  # columns of `sums`
 N_SUMS = 3
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """`llvm.prefetch` (read, keep in every cache level) of `array[index]`: numba has no
+    prefetch of its own."""
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte = ir.PointerType(ir.IntType(8))
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
+            "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), byte), i32(0), i32(3),
+                          i32(1)])
+        return context.get_dummy_value()
+    return numba.types.void(array, index), codegen
 
 
 @intrinsic
@@ -60,7 +84,12 @@ def pair_sums(ua, ub, lo, hi, sums, tops, t):
     xa, xb = ua[lo:hi], ub[lo:hi]
     sq, dsq, changed = 0.0, 0.0, 0.0
     top = tops[t]
+    fetched = lo  # the lines of `b` before this one are fetched (or asked for)
     for i in range(0, xb.size, BLOCK):
+        end = min(lo + i + AHEAD + BLOCK, hi)
+        for p in range(max(fetched, lo + i + AHEAD), end, LINE):
+            _prefetch(ub, p)
+        fetched = max(fetched, end)
         a, b = xa[i:i + BLOCK], xb[i:i + BLOCK]
         s32, d32, c32 = np.float32(0), np.float32(0), np.float32(0)
         for j in range(b.size):
