@@ -4,6 +4,9 @@ NaN/Inf (non-finite sums, then the careful kernel's figures), a leaf with a larg
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -111,3 +114,11 @@ def test_large_mean_keeps_rel_change_and_cosine():
     want = 1 - x @ y / np.linalg.norm(x) / np.linalg.norm(y)
     assert 1 - t.table("cosine").values[0, 1] == pytest.approx(want, rel=1e-4)
     assert t.table("l2").values[0, 1] == pytest.approx(np.linalg.norm(y), rel=1e-7)
+
+
+def test_import_inspector_does_not_import_numba():
+    """numba (~0.35 s) is imported by the first CPU reduction, not by `import inspector`."""
+    probe = "import inspector, sys; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"

@@ -1,12 +1,12 @@
-"""The timeline's figures of float32 leaves on the CPU, one pass: numba loops that compute
+"""The timeline's figures of float32 leaves on the CPU, one pass: a numba loop that computes
 every sum of a chunk of a step (`b`, the leaf at step t, against `a`, the same leaf at t - 1)
 while reading each element once (NumPy needed seven passes a chunk, 1.52 ns of CPU an element
 here: docs/timeline-speed.md).
 
 Imported only when a timeline reduces float32 leaves on the CPU (numba takes ~0.35 s to
-import and compiles each loop once, cached on disk: `cache=True`).
+import and compiles the loop once, cached on disk: `cache=True`).
 
-How the loops stay vectorised (AVX2/AVX-512, checked with `inspect_asm`: packed ymm
+How the loop stays vectorised (AVX2/AVX-512, checked with `inspect_asm`: packed ymm
 arithmetic, no gathers): each element is loaded once, as its uint32 bits (`_float` casts them
 for the sums, `_abs_bits` clears the sign for the maximum of |b|, an unsigned integer
 maximum: float max/min would need `nnan`, which would also drop the NaN the caller looks
