@@ -13,9 +13,9 @@ over `--rounds`:
   mapped and faulted in, the bookkeeping, the structural diffs);
 - `compute`: the per-path reductions (`host_steps`) alone on copies of the leaves in memory,
   one thread and two;
-- `--ops`: the CPU time of each NumPy pass of the reduction loop, in place (the loop of
-  `host_step._steps_quiet` on the largest leaf's 8 steps, the passes added one at a time:
-  each pass's cost is what adding it costs; the first also reads each chunk from memory).
+- `--ops`: the CPU time per element of the reduction loop in place (`host_step._steps`, the
+  numba pass over each chunk and pair, on the largest leaf's 8 steps, one thread) against the
+  reference's one pass.
 
 CPU time is what a loaded machine makes visible: on two busy cores the wall time of a
 two-thread run depends on what else runs.
@@ -62,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ops", action="store_true", help="also the cost of each pass")
+    parser.add_argument("--ops", action="store_true", help="also the pass's CPU ns per element")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="profile_timeline_"))
     rng = np.random.default_rng(0)
@@ -127,57 +127,30 @@ def main() -> None:
     folder.rmdir()
 
 
-PASSES = {"sq": "sum y^2 (BLAS rows)", "mm": "max y, min y", "sub": "d = y - x, sum d^2",
-          "neq": "bits of y != bits of x, count"}
-
-
 def passes(steps: list[np.ndarray], rounds: int) -> None:
-    """Prints the CPU time of the reduction loop's passes, added one at a time, and of the
-    reference's one pass (a float32 sum of each leaf)."""
-    row_len, per = host_step.ROW, host_step.CHUNK // host_step.ROW
-    n_rows = steps[0].size // row_len
-    rows = [x[:n_rows * row_len].reshape(n_rows, row_len) for x in steps]
-    bits = [r.view(np.uint32) for r in rows]
-    sq, dsq = np.zeros(n_rows, np.float32), np.zeros(n_rows, np.float32)
-    d, mask = np.empty((per, row_len), np.float32), np.empty((per, row_len), bool)
+    """Prints the CPU time per element of the reduction (`host_step._steps`, one thread, in
+    place: the numba pass over each chunk and pair), and of the reference's one pass (a
+    float32 sum of each leaf)."""
+    paired = [t > 0 for t in range(len(steps))]
+    bits = [x.view(np.uint32) for x in steps]
+    for u in bits:
+        u.flags.writeable = False  # the type the timeline passes (one compiled loop)
+    n_chunks = -(-steps[0].size // host_step.CHUNK)
+    from inspector.core.health import step_loops
 
-    def loop(skip: set) -> float:
-        start = time.process_time()
-        for r0 in range(0, n_rows, per):
-            r1 = r0 + per
-            for t, y in enumerate(r[r0:r1] for r in rows):
-                k = len(y)
-                if "sq" not in skip:
-                    np.vecdot(y, y, out=sq[r0:r1])
-                if "mm" not in skip:
-                    y.max(), y.min()
-                if t and "sub" not in skip:
-                    np.vecdot(dd := np.subtract(y, rows[t - 1][r0:r1], out=d[:k]), dd,
-                              out=dsq[r0:r1])
-                if t and "neq" not in skip:
-                    np.count_nonzero(np.not_equal(bits[t - 1][r0:r1], bits[t][r0:r1],
-                                                  out=mask[:k]))
-        return time.process_time() - start
+    def timed(f) -> float:
+        best = []
+        for _ in range(rounds):
+            start = time.process_time()
+            f()
+            best.append(time.process_time() - start)
+        return min(best) / (len(steps) * steps[0].size) * 1e9
 
-    # passes added one at a time: each line is what its pass adds (the first one also reads
-    # each chunk from memory)
-    keys = list(PASSES)
-    best = [min(loop(set(keys[k:])) for _ in range(rounds)) for k in range(len(keys) + 1)]
-    n = len(steps) * steps[0].size
-    print(f"  passes over the largest leaf ({steps[0].size:,} elements x {len(steps)} steps), "
-          f"CPU ns per element, best of {rounds}, each pass added to those above:")
-    print(f"    the loop alone {best[0] / n * 1e9:.2f}")
-    for k, what in enumerate(PASSES.values()):
-        first = " (and each chunk's first read from memory)" if k == 0 else ""
-        print(f"    {what + first:34s} {(best[k + 1] - best[k]) / n * 1e9:.2f}")
-    print(f"    all passes {best[-1] / n * 1e9:.2f}")
-    ref = []
-    for _ in range(rounds):
-        start = time.process_time()
-        for x in steps:
-            x.sum(dtype=np.float32)
-        ref.append(time.process_time() - start)
-    print(f"    the reference's one pass (a float32 sum of each leaf) {min(ref) / n * 1e9:.2f}")
+    one = timed(lambda: host_step._steps(step_loops, bits, paired, 0, n_chunks))
+    ref = timed(lambda: [x.sum(dtype=np.float32) for x in steps])
+    print(f"  the largest leaf ({steps[0].size:,} elements x {len(steps)} steps), CPU ns per "
+          f"element, best of {rounds}: the pass {one:.2f}, the reference's one pass (a float32 "
+          f"sum of each leaf) {ref:.2f}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Checkpoints are opened lazily (headers only) and read leaf by leaf: for each key path, its
 leaf at each step in turn, each reduced against the same leaf a step before, so every
 checkpoint is read once and memory holds a few leaves, not two checkpoints. On the CPU,
-float32 leaves are reduced by NumPy on the worker threads (`host_batches.py`,
+float32 leaves are reduced by a numba pass on the worker threads (`host_batches.py`,
 `host_step.py`: file-mapped leaves of up to three key paths at once, leaves read into memory
 two at a time); other dtypes and devices by the device kernel (`step_kernel.py`). The
 figures are kept as sums (`sum x^2`, `sum (x_t - x_{t-1})^2`, `<x_{t-1}, x_t>`, ...) so any
@@ -297,7 +297,7 @@ def _path(sums, i, path, flats, batches, device, on_host, state, progress):
         paired = prev is not None and prev_info[:2] == info[:2]
         size = math.prod(info[0])
         if on_host and np.dtype(info[1]) == np.float32 and size:
-            # float32 on the CPU: reduced by NumPy where the leaves lie, all steps of
+            # float32 on the CPU: reduced by one numba pass where the leaves lie, all steps of
             # this key path chunk by chunk (host_step.py)
             x = batches.leaf(leaf)
             if not paired:
