@@ -1,5 +1,5 @@
 """What the CPU's numba loops share (`health/scan_loops.py`, `health/step_loops.py`): the
-decorator and the three LLVM operations numba does not offer. Imported only with them (numba
+decorator and the LLVM operations numba does not offer. Imported only with them (numba
 takes ~0.45 s to import).
 
 What keeps such a loop vectorised here (AVX2/AVX-512, checked with `inspect_asm`):
@@ -64,3 +64,13 @@ def as_int32(typingctx, bits):
     def codegen(context, builder, signature, args):
         return args[0]
     return numba.types.int32(bits), codegen
+
+
+@intrinsic
+def abs_bits(typingctx, bits):
+    """uint32 `bits` with the sign bit cleared, as uint32 (numba's `&` would widen it to 64
+    bits, and the maximum would not vectorise): the bits of |x|, ordered as |x| (NaN above
+    Inf above every finite value)."""
+    def codegen(context, builder, signature, args):
+        return builder.and_(args[0], ir.Constant(ir.IntType(32), 0x7FFFFFFF))
+    return numba.types.uint32(bits), codegen

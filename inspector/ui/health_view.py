@@ -8,7 +8,7 @@ import html
 import panel as pn
 import panel_material_ui as pmui
 
-from inspector.core.health import host_scan
+from inspector.core.health import loops_warm
 from inspector.ui.lazy_tree import LazyTree
 from inspector.ui.next_tick import next_tick
 from inspector.ui.session.health_figures import TABLE_COLUMNS, Colouring, table_rows
@@ -43,7 +43,7 @@ class HealthView(pn.viewable.Viewer):
 
     def __init__(self, state, **params):
         super().__init__(**params)
-        host_scan.prepare_in_background()  # the CPU scan's numba pass: loaded before a click
+        loops_warm.prepare_in_background()  # the CPU's numba loops, loaded before a click
         self._state = state
         h = self._health = state.health
         self._colouring = None

@@ -22,6 +22,7 @@ from bokeh.models import (
 )
 from bokeh.plotting import figure
 
+from inspector.core.health import loops_warm
 from inspector.ui.session.health_figures import NONFINITE_COLOR
 
 PALETTE = ("#fff7ec", "#fee8c8", "#fdd49e", "#fdbb84", "#fc8d59", "#ef6548", "#d7301f",
@@ -57,6 +58,7 @@ class TimelineView(pn.viewable.Viewer):
 
     def __init__(self, state, **params):
         super().__init__(**params)
+        loops_warm.prepare_in_background()  # the CPU's numba loops, loaded before a click
         self._state = state
         h = self._health = state.health
         self.trees = pmui.MultiChoice.from_param(h.param.timeline_trees, options=list(state.trees),

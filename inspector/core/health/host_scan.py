@@ -100,33 +100,6 @@ def host_rows(x: np.ndarray, points: np.ndarray) -> np.ndarray:
     return rows
 
 
-_PREPARE = threading.Lock()
-_PREPARED: list[threading.Thread] = []
-
-
-def prepare_in_background() -> None:
-    """Loads the numba pass (`scan_loops`) in a daemon thread, once per process, so that a
-    first scan does not wait for it: importing numba takes ~0.45 s here, loading the pass from
-    numba's disk cache ~0.2 s, compiling it (the first time on a machine) ~1 s. The app calls
-    this when its Health view is built. A failure is left for the scan itself to raise."""
-    with _PREPARE:
-        if not _PREPARED:
-            _PREPARED.append(threading.Thread(target=_warm, daemon=True,
-                                              name="inspector-scan-prepare"))
-            _PREPARED[0].start()
-
-
-def _warm() -> None:
-    x = np.zeros(64, np.float32)
-    read_only = x.copy()
-    read_only.flags.writeable = False  # a checkpoint's map, a jax.Array's host view
-    try:
-        for y in (x, read_only):
-            host_rows(y, np.array([0, 64], np.int64))
-    except Exception:  # noqa: BLE001 -- the scan that needs the pass raises it
-        pass
-
-
 _LOCAL = threading.local()
 
 
