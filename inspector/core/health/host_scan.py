@@ -17,7 +17,7 @@ sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
   shows in them or in the sums, and only a segment holding one (or whose float32 sums
   overflow) goes through the careful pass (`_careful`: float64, NaN/Inf counted, left out of
   the moments);
-- sums and sums of squares in float32 in blocks of 1,024 elements, the blocks added in
+- sums and sums of squares in float32 in blocks of 256 elements, the blocks added in
   float64: error ~1e-7 relative;
 - shift 0, unless the segment's mean is large against its spread (`sum x^2 > 4 M2`), where the
   unshifted `M2 = sum x^2 - (sum x)^2 / n` would lose digits: those segments are summed again

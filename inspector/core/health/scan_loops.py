@@ -6,9 +6,9 @@ from cache, ~0.6 ns from memory in one thread: docs/health-speed.md).
 Imported only when a scan runs on the CPU. Vectorised as `core/cpu_loops.py` says: min and
 max from the integer extrema of the bits (`host_scan.decode_min_max`), each element loaded
 once as uint32 (`as_float` for the sums), zeros counted as a float32 sum. Float32 sums inside
-a block of 1,024 elements, float64 between blocks: ~1e-7 relative error, as rows of 1,024 in
-BLAS added in float64 were. NaN and Inf are not flagged here: they make the sums non-finite,
-and the caller rescans those segments carefully.
+a block of 256 elements, float64 between blocks: ~1e-7 relative error or less, as rows of
+1,024 in BLAS added in float64 were. NaN and Inf are not flagged here: they make the sums
+non-finite, and the caller rescans those segments carefully.
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ import numpy as np
 
 from inspector.core.cpu_loops import as_float, as_int32, loop, prefetch
 
-BLOCK = 1024
-AHEAD = 4096
-"""Elements read ahead of the pass (16 KiB of float32): the pass fetches each cache line
-there (`prefetch`) while it computes on the block in hand. Measured on 400 MB in two threads:
-27-28 ms against 32 ms without (2-16 KiB ahead alike)."""
+BLOCK = 256
+"""Elements a block: float32 sums inside it, float64 between blocks. With the lines of the
+next blocks asked for between blocks, 256 let the pass overlap reading and computing best:
+`bench_health.py --only scan`, alternated, ratio 0.44-0.48 against 0.38-0.39 with 1,024; 128
+alike, 64 worse (docs/health-speed.md)."""
+AHEAD = 2048
+"""Elements read ahead of the pass (8 KiB of float32): the pass fetches each cache line
+there (`prefetch`) while it computes on the block in hand. Without: 32 ms for 400 MB in two
+threads, against 27-28 ms (blocks of 1,024, 16 KiB ahead). With blocks of 256, 4-8 KiB ahead
+gave ratios 0.42-0.50, 16 KiB 0.41-0.43, 32 KiB 0.38-0.40."""
 LINE = 16  # float32 elements in a 64-byte cache line
 BITS = 3  # per segment: the bits' uint32 max, uint32 min, int32 max (as uint32)
 SUMS = 4  # per segment: sum d, sum d^2, zeros, shift (d = x - shift)
