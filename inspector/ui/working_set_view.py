@@ -65,3 +65,4 @@ class WorkingSetView(pn.viewable.Viewer):
         if event.new and event.new > 0:
             working_set.set_budget(int(event.new * GIB))
             self._state.refresh_held()
+            self._update()  # the budget line, also when what is held did not change

@@ -27,6 +27,9 @@ def test_a_streamed_run_shows_its_read_compute_and_write_time(browser, tmp_path)
         budget = page.get_by_label(re.compile(r"Memory budget \(GiB\)"))
         budget.fill("0.000001")  # ~1 KiB: far below the two 256 KiB inputs
         budget.press("Enter")
+        # the budget applied before the run (under load the click could otherwise be handled
+        # first, and the run would go in memory: seen once in CI)
+        expect(page.get_by_text(re.compile(r"held by all sessions: .* \(set\)"))).to_be_visible()
         status = page.locator('[role="status"].run-status')
         page.get_by_role("button", name="Run the current operation.").click()
         expect(status).to_have_text(re.compile(

@@ -176,6 +176,7 @@ def test_the_budget_field_reads_and_writes_gib_the_unit_of_the_holdings_it_lists
     assert view.budget.label == "Memory budget (GiB)"
     view.budget.value = 1.5  # typed in the field
     assert working_set.budget() == 1_610_612_736 and working_set.budget_is_set()  # 1.5 * 2**30
+    assert "of 1.5 GiB (set)" in view._body.object  # shown at once, nothing held yet
     s.param.trigger("run")
     assert s.error == "" and s.held
     lines = view.text.splitlines()
