@@ -35,7 +35,10 @@ def test_a_loop_without_a_cache_location_is_compiled_uncached():
     assert total(np.arange(10, dtype=np.float32)) == 45.0
 
 
-def test_prefetch_reads_nothing_wrong_past_the_block():
+def test_a_loop_with_prefetches_up_to_the_last_element_sums_right():
+    """Prefetches change no value: the sum of a loop asking for every element ahead, clipped
+    to the last one (as the passes clip theirs to the buffer's end), against float64."""
+
     @cpu_loops.loop
     def fetched_sum(x):
         s = np.float32(0)
