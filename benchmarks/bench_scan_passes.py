@@ -9,7 +9,8 @@ NumPy or BLAS routine computes two of these figures in one pass). This prints, o
 of `--mb` MB in the same run:
 
 1. the single-pass references: a 2-thread copy (read + write) and a 2-thread `max` (read only);
-2. the numba pass over the buffer, one thread and two threads (wall time);
+2. the numba pass over the buffer, one thread, and two threads with the prefetch settings in
+   use and former ones (`SETTINGS`), alternated (wall time);
 3. each NumPy pass over every chunk, one thread, in thread CPU time (the first pass also reads
    the chunk from memory), their total, and the total's throughput on two ideal cores;
 4. with `--xla`: the same figures as jitted XLA formulations (reductions over the major axis
@@ -56,22 +57,43 @@ def references(x: np.ndarray) -> None:
     pool.shutdown()
 
 
-def one_pass(x: np.ndarray) -> None:
+SETTINGS = {
+    "in use": None,  # scan_loops.BLOCK, AHEAD, FAR
+    "blocks of 256, 8 KiB into L1 (before)": (256, 2048, 0),
+    "blocks of 512, 4 KiB into L1 only": (512, 1024, 0),
+    "blocks of 256, 4 KiB into L1 + 32 KiB into L2": (256, 1024, 8192),
+}
+"""Prefetch settings of the numba pass timed alternately (`block, ahead, far`, elements)."""
+
+
+def one_pass(x: np.ndarray, rounds: int = 7) -> None:
     from inspector.core.health import scan_loops
 
     u = x.view(np.uint32)
     pool = ThreadPoolExecutor(2)
     halves = [np.array([0, x.size // 2], np.int64), np.array([x.size // 2, x.size], np.int64)]
 
-    def run(starts):
+    def run(starts, setting=None):
         scan_loops.segment_pass(u, starts, np.empty((1, scan_loops.BITS), np.uint32),
-                                np.empty((1, scan_loops.SUMS)))
+                                np.empty((1, scan_loops.SUMS)), *(setting or ()))
 
     one = best_of(lambda: run(np.array([0, x.size], np.int64)))
-    two = best_of(lambda: list(pool.map(run, halves)))
-    for name, t in (("1 thread", one), ("2 threads", two)):
-        print(f"numba pass, {name:9s} {t * 1e3:6.1f} ms = {x.nbytes / t / 1e9:5.1f} GB/s read "
-              f"(every figure: scan_loops.segment_pass, wall time)")
+    print(f"numba pass, 1 thread: {one * 1e3:6.1f} ms = {x.nbytes / one / 1e9:5.1f} GB/s read "
+          f"(every figure: scan_loops.segment_pass, wall time)")
+    times: dict[str, list[float]] = {name: [] for name in SETTINGS}
+    for setting in SETTINGS.values():  # compile each (numba: one per argument count)
+        list(pool.map(lambda h, s=setting: run(h, s), halves))
+    for _ in range(rounds):  # alternated: a neighbour's load falls on every setting alike
+        for name, setting in SETTINGS.items():
+            start = time.perf_counter()
+            list(pool.map(lambda h, s=setting: run(h, s), halves))
+            times[name].append(time.perf_counter() - start)
+    print(f"numba pass, 2 threads (block, ahead into L1, far into L2 = {scan_loops.BLOCK}, "
+          f"{scan_loops.AHEAD}, {scan_loops.FAR} elements in use), alternated {rounds} times:")
+    for name, t in times.items():
+        m = statistics.median(t)
+        print(f"  {name:46s} {m * 1e3:6.1f} ms ({min(t) * 1e3:.1f}-{max(t) * 1e3:.1f}) "
+              f"= {x.nbytes / m / 1e9:5.1f} GB/s read")
     pool.shutdown()
 
 

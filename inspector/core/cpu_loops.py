@@ -32,20 +32,30 @@ def loop(fn):
         return numba.njit(**OPTIONS)(fn)
 
 
-@intrinsic
-def prefetch(typingctx, array, index):
-    """`llvm.prefetch` (read, keep in every cache level) of `array[index]`."""
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        byte = ir.PointerType(ir.IntType(8))
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
-            "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), byte), i32(0), i32(3),
-                          i32(1)])
-        return context.get_dummy_value()
-    return numba.types.void(array, index), codegen
+def _prefetcher(locality: int, doc: str):
+    """An intrinsic `f(array, index)`: `llvm.prefetch` (read) of `array[index]` at `locality`
+    (3: into L1 and every level below; 2: into L2, not L1)."""
+    @intrinsic
+    def fetch(typingctx, array, index):
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            byte = ir.PointerType(ir.IntType(8))
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32]),
+                "llvm.prefetch.p0")
+            builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), byte), i32(0),
+                              i32(locality), i32(1)])
+            return context.get_dummy_value()
+        return numba.types.void(array, index), codegen
+    fetch.__doc__ = doc
+    return fetch
+
+
+prefetch = _prefetcher(3, "`llvm.prefetch` (read, keep in every cache level) of `array[index]`.")
+prefetch_l2 = _prefetcher(2, """`llvm.prefetch` of `array[index]` into L2, not L1 (x86
+`prefetcht1`). A pass that asks for lines far ahead into L2 and near ahead into L1 read
+faster here than with either alone (`health/scan_loops.py`).""")
 
 
 @intrinsic

@@ -1,12 +1,11 @@
 """The scan's one pass over a float32 buffer on the CPU: a numba loop that computes every
 figure of a segment while reading it once (NumPy has no routine for two of them at a time, so
-its five passes per element cost 0.86-1.02 ns of CPU an element here; this loop 0.17-0.2 ns
-from cache, ~0.6 ns from memory in one thread: docs/health-speed.md).
+its five passes per element cost 0.86-1.02 ns of CPU an element here: docs/health-speed.md).
 
 Imported only when a scan runs on the CPU. Vectorised as `core/cpu_loops.py` says: min and
 max from the integer extrema of the bits (`host_scan.decode_min_max`), each element loaded
 once as uint32 (`as_float` for the sums), zeros counted as a float32 sum. Float32 sums inside
-a block of 256 elements, float64 between blocks: ~1e-7 relative error or less, as rows of
+a block of 512 elements, float64 between blocks: ~1e-7 relative error or less, as rows of
 1,024 in BLAS added in float64 were. NaN and Inf are not flagged here: they make the sums
 non-finite, and the caller rescans those segments carefully.
 """
@@ -15,18 +14,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from inspector.core.cpu_loops import as_float, as_int32, loop, prefetch
+from inspector.core.cpu_loops import as_float, as_int32, loop, prefetch, prefetch_l2
 
-BLOCK = 256
-"""Elements a block: float32 sums inside it, float64 between blocks. With the lines of the
-next blocks asked for between blocks, 256 let the pass overlap reading and computing best:
-`bench_health.py --only scan`, alternated, ratio 0.44-0.48 against 0.38-0.39 with 1,024; 128
-alike, 64 worse (docs/health-speed.md)."""
-AHEAD = 2048
-"""Elements read ahead of the pass (8 KiB of float32): the pass fetches each cache line
-there (`prefetch`) while it computes on the block in hand. Without: 32 ms for 400 MB in two
-threads, against 27-28 ms (blocks of 1,024, 16 KiB ahead). With blocks of 256, 4-8 KiB ahead
-gave ratios 0.42-0.50, 16 KiB 0.41-0.43, 32 KiB 0.38-0.40."""
+BLOCK = 512
+"""Elements a block: float32 sums inside it, float64 between blocks. The lines of the blocks
+ahead are asked for between blocks (`AHEAD`, `FAR`)."""
+AHEAD = 1024
+"""Elements (4 KiB of float32) ahead of the block in hand whose cache lines are asked for into
+L1 (`prefetch`) while the block is computed."""
+FAR = 8192
+"""Elements (32 KiB) ahead whose lines are asked for into L2 (`prefetch_l2`). The two levels
+together, blocks of 512, against one level (8 KiB ahead into L1, blocks of 256: the pass
+before): ratios 0.57-0.64 against 0.50-0.53 of a 2-thread copy, alternated in one process,
+three runs (docs/health-speed.md)."""
 LINE = 16  # float32 elements in a 64-byte cache line
 BITS = 3  # per segment: the bits' uint32 max, uint32 min, int32 max (as uint32)
 SUMS = 4  # per segment: sum d, sum d^2, zeros, shift (d = x - shift)
@@ -50,25 +50,31 @@ def _moments(u, c):
 
 
 @loop
-def segment_pass(u, starts, bits, sums):
+def segment_pass(u, starts, bits, sums, block=BLOCK, ahead=AHEAD, far=FAR):
     """For each segment `k` of a float32 buffer, `[starts[k], starts[k + 1])` (`u`: its bits as
     uint32), writes `bits[k] = (uint32 max, uint32 min, int32 max)` and
     `sums[k] = (sum d, sum d^2, zeros, shift)`. The shift is 0 unless the segment's mean is
     large against its spread (`sum x^2 > 4 M2`, where `M2 = sum x^2 - (sum x)^2 / n` would
     lose digits): then the segment (still in cache) is summed again about its mean, rounded
-    to float32."""
-    fetched = 0  # the lines before this one are fetched (or asked for)
+    to float32. `block`, `ahead` and `far` (0: no prefetch into L2) are `BLOCK`, `AHEAD` and
+    `FAR` unless a benchmark compares others (`bench_scan_passes.py`)."""
+    fetched, fetched_far = 0, 0  # the lines before these are asked for, into L1 / into L2
     for k in range(starts.size - 1):
         a, b = starts[k], starts[k + 1]
         us = u[a:b]
         umax, umin, imax = np.uint32(0), np.uint32(0xFFFFFFFF), np.int32(-2147483648)
         s, ss, zeros = 0.0, 0.0, 0.0
-        for i in range(0, us.size, BLOCK):
-            end = min(a + i + AHEAD + BLOCK, u.size)
-            for p in range(max(fetched, a + i + AHEAD), end, LINE):
+        for i in range(0, us.size, block):
+            end = min(a + i + ahead + block, u.size)
+            for p in range(max(fetched, a + i + ahead), end, LINE):
                 prefetch(u, p)
             fetched = max(fetched, end)
-            ub = us[i:i + BLOCK]
+            if far:
+                end = min(a + i + far + block, u.size)
+                for p in range(max(fetched_far, a + i + far), end, LINE):
+                    prefetch_l2(u, p)
+                fetched_far = max(fetched_far, end)
+            ub = us[i:i + block]
             s32, ss32, z32 = np.float32(0), np.float32(0), np.float32(0)
             for j in range(ub.size):
                 w = ub[j]
