@@ -97,7 +97,7 @@ def scan_kernel(tree: inspector.PackedTree):
     device = jax.devices()[0]
     _, offsets, sizes = s._layout_groups(tree.layout)["groups"][group]
     one_pass = kernels.ONE_PASS_FORM if s._one_pass(device) else ""
-    block = s.block_for(buffer.size, len(sizes), bool(one_pass))
+    block = s.block_for(buffer.size, len(sizes), bool(one_pass), device.platform != "cpu")
     _, _, row, lo, hi, _ = leaf_rows(offsets, sizes, buffer.size, block)
     n = s._bucket(len(row), 16)
     args = jax.device_put(tuple(np.pad(v, (0, n - len(v))) for v in (row, lo, hi)), device)
