@@ -22,6 +22,7 @@ from inspector.core.packed import PackedTree
 from inspector.core.plan import Call, Plan
 from inspector.core.quant import kernels
 from inspector.core.quant import schemes as S
+from inspector.core.quant.dequantize_packed import plan_packed
 from inspector.core.quant.groups import QuantGroup, quant_groups
 
 _OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -100,13 +101,23 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
     """Finds the tree's quantized weights and returns the `Plan` that dequantizes them.
 
     Groups with a problem that stops dequantization (no scale, shapes that do not tile) are
-    left as they are, members and all: see `quant_groups(tree)` for what is wrong.
+    left as they are, members and all: see `quant_groups(tree)` for what is wrong. A packed
+    tree whose quantized weights are all FP8 is dequantized one float8 buffer at a time, and
+    its result is a packed tree (`dequantize_packed`); other packed trees are unpacked.
 
     Raises:
         InspectorError: `dtype` is not bfloat16, float16 or float32.
     """
     device = resolve_device(device)
     if isinstance(tree, PackedTree):
+        # FP8 weights: one pass over each float8 buffer, a packed result (dequantize_packed)
+        name = "bfloat16" if dtype is None else str(np.dtype(dtype))
+        if name not in _OUT_DTYPES:
+            raise InspectorError(
+                f"Cannot dequantize to {name}: give dtype 'bfloat16', 'float16' or 'float32'.")
+        plan = plan_packed(tree, name, device)
+        if plan is not None:
+            return plan
         tree = tree.unpack()
     groups = [g for g in quant_groups(tree) if g.usable]
     calls, read, written = [], 0, 0
