@@ -144,11 +144,12 @@ def _edits(groups: list[QuantGroup]) -> dict:
     edits: dict = {}
     below: dict = {}
     for g in groups:
-        drop, add = edits.setdefault(g.steps, (set(), []))
+        steps = g.steps  # made from the group's links at each read
+        drop, add = edits.setdefault(steps, (set(), []))
         drop.update(v for k, v in g.names.items() if k != "logical")
         add.append(g)
-        for i in range(len(g.steps)):
-            below.setdefault(g.steps[:i], set()).add(g.steps[i])
+        for i in range(len(steps)):
+            below.setdefault(steps[:i], set()).add(steps[i])
     edits[_BELOW] = below
     return edits
 

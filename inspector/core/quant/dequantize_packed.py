@@ -71,21 +71,25 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
     scale_of: dict[str, str] = {}
     read = written = 0
     out_size = np.dtype(jnp.dtype(dtype)).itemsize
+    code_slot = {}  # id of each group's marker in the rebuilt structure -> its codes' slot
+    markers = {}
+    kinds: dict[tuple, tuple | None] = {}  # per (dtypes, shapes): (block, bytes read, written)
     for g in groups:
         node = holder(structure, g.steps)
         code = slots[ordinals[id(node[g.names["weight"]])]]
         scale = slots[ordinals[id(node[g.names["scale"]])]]
-        if np.dtype(code.dtype).type not in S.FP8_TYPES or \
-                np.dtype(scale.dtype) not in S.FLOAT_SCALE:
-            return None
-        if scale_of.setdefault(code.group, scale.group) != scale.group:
-            return None  # one buffer's scales in two buffers
-        block = g.shape if math.prod(scale.shape) == 1 else g.block
+        sig = (code.dtype, scale.dtype, code.shape, scale.shape, g.block)
+        kind = kinds.get(sig, False)
+        if kind is False:
+            kind = kinds[sig] = _kind(code, scale, g, out_size)
+        if kind is None or scale_of.setdefault(code.group, scale.group) != scale.group:
+            return None  # not float8 codes with float scales, or scales in two buffers
         by_buffer.setdefault(code.group, []).append((code.offset, scale.offset, code.shape,
-                                                     tuple(block)))
-        read += code.size * np.dtype(code.dtype).itemsize + \
-            scale.size * np.dtype(scale.dtype).itemsize
-        written += code.size * out_size
+                                                     kind[0]))
+        read += kind[1]
+        written += kind[2]
+        marker = markers[id(g)] = _Marker()
+        code_slot[id(marker)] = code
     runs = []
     for group, members in by_buffer.items():
         starts, index = flat_runs.build(layout.sizes[group], members)
@@ -94,11 +98,8 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
             return None
         runs.append(flat_runs.FlatRuns(group, scale_of[group], starts, index, width, pieces))
     # the result's structure: the per-group rebuild, on the structure, with a marker per group
-    markers = {id(g): jax.ShapeDtypeStruct(g.shape, jnp.dtype(dtype)) for g in groups}
     rebuilt = _rebuild(structure, (), _edits(groups), markers)
     leaves, treedef = jax.tree_util.tree_flatten(rebuilt)
-    code_slot = {id(markers[id(g)]): slots[ordinals[id(holder(structure, g.steps)[
-        g.names["weight"]])]] for g in groups}
     new_slots = [s for s in slots if s.group not in by_buffer]  # the groups kept
     taken = {s.group for s in new_slots}
     out_groups = {}
@@ -117,6 +118,23 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
     sizes.update({out_groups[g]: layout.sizes[g] for g in by_buffer})
     result = interned(Layout(treedef, tuple(out), sizes, ()))
     return _Flat(runs, out_groups, result, kept, read, written)
+
+
+class _Marker:
+    """Where a group's output goes in the rebuilt structure (a leaf to JAX)."""
+
+    __slots__ = ()
+
+
+def _kind(code: Slot, scale: Slot, group, out_size: int) -> tuple | None:
+    """`(block, bytes read, bytes written)` of an FP8 group of these slots; None when its
+    codes are not float8 or its scale not a float."""
+    if np.dtype(code.dtype).type not in S.FP8_TYPES or \
+            np.dtype(scale.dtype) not in S.FLOAT_SCALE:
+        return None
+    block = tuple(group.shape if math.prod(scale.shape) == 1 else group.block)
+    return (block, code.size * np.dtype(code.dtype).itemsize
+            + scale.size * np.dtype(scale.dtype).itemsize, code.size * out_size)
 
 
 def make_flat_fp8(width: int, code_dtype, out_dtype: str, bits: bool):
