@@ -136,20 +136,29 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
     return Plan("dequantize", device, calls, assemble, read, written)
 
 
-def _edits(groups: list[QuantGroup]) -> dict:
+def _edits(groups: list[QuantGroup], steps_of: list | None = None) -> dict:
     """Per holder (its steps): the members to drop and the logical weights to add; and under
     the key `_BELOW`, per steps from the root, the next steps towards a holder (so each
     execution's rebuild walks only those paths: scanning every holder at every node cost
-    25-100 ms an execution for 420 groups)."""
+    25-100 ms an execution for 420 groups). `steps_of`: each group's steps, if known (a
+    group makes them from its links at each read)."""
     edits: dict = {}
     below: dict = {}
-    for g in groups:
-        steps = g.steps  # made from the group's links at each read
-        drop, add = edits.setdefault(steps, (set(), []))
-        drop.update(v for k, v in g.names.items() if k != "logical")
-        add.append(g)
-        for i in range(len(steps)):
-            below.setdefault(steps[:i], set()).add(steps[i])
+    for n, g in enumerate(groups):
+        steps = g.steps if steps_of is None else steps_of[n]
+        here = edits.get(steps)
+        if here is None:
+            here = edits[steps] = (set(), [])
+        here[0].update([v for k, v in g.names.items() if k != "logical"])
+        here[1].append(g)
+        for i in range(len(steps) - 1, -1, -1):  # upwards, until a known link
+            kids = below.get(steps[:i])
+            if kids is None:
+                below[steps[:i]] = {steps[i]}
+            elif steps[i] in kids:
+                break  # the path above is there already
+            else:
+                kids.add(steps[i])
     edits[_BELOW] = below
     return edits
 

@@ -15,6 +15,7 @@ several buffers, leading dimensions, runs narrower than `MIN_WIDTH`) go the per-
 
 from __future__ import annotations
 
+import gc
 import math
 import weakref
 
@@ -54,7 +55,13 @@ def flat_layout(layout: Layout, dtype: str) -> _Flat | None:
     if per_layout is None:
         per_layout = _FLAT[layout] = {}
     if dtype not in per_layout:
-        per_layout[dtype] = _analyse(layout, dtype)
+        collecting = gc.isenabled()
+        gc.disable()  # ~10^5 small acyclic objects made: no cycles to collect (2x faster)
+        try:
+            per_layout[dtype] = _analyse(layout, dtype)
+        finally:
+            if collecting:
+                gc.enable()
     return per_layout[dtype]
 
 
@@ -64,7 +71,7 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
     if layout.lead:
         return None
     structure, ordinals, slots = layout.structure, layout.ordinals, layout.slots
-    groups = [g for g in quant_groups(structure) if g.usable]
+    groups = [g for g in quant_groups(_probe(layout)) if g.usable]
     if not groups or any(g.scheme != S.FP8 for g in groups):
         return None
     by_buffer: dict[str, list] = {}  # float8 group -> [(code offset, scale offset, shape, block)]
@@ -74,8 +81,9 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
     code_slot = {}  # id of each group's marker in the rebuilt structure -> its codes' slot
     markers = {}
     kinds: dict[tuple, tuple | None] = {}  # per (dtypes, shapes): (block, bytes read, written)
-    for g in groups:
-        node = holder(structure, g.steps)
+    steps_of = [g.steps for g in groups]  # made from links at each read: once here
+    for g, steps in zip(groups, steps_of, strict=True):
+        node = holder(structure, steps)
         code = slots[ordinals[id(node[g.names["weight"]])]]
         scale = slots[ordinals[id(node[g.names["scale"]])]]
         sig = (code.dtype, scale.dtype, code.shape, scale.shape, g.block)
@@ -98,7 +106,7 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
             return None
         runs.append(flat_runs.FlatRuns(group, scale_of[group], starts, index, width, pieces))
     # the result's structure: the per-group rebuild, on the structure, with a marker per group
-    rebuilt = _rebuild(structure, (), _edits(groups), markers)
+    rebuilt = _rebuild(structure, (), _edits(groups, steps_of), markers)
     leaves, treedef = jax.tree_util.tree_flatten(rebuilt)
     new_slots = [s for s in slots if s.group not in by_buffer]  # the groups kept
     taken = {s.group for s in new_slots}
@@ -118,6 +126,22 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
     sizes.update({out_groups[g]: layout.sizes[g] for g in by_buffer})
     result = interned(Layout(treedef, tuple(out), sizes, ()))
     return _Flat(runs, out_groups, result, kept, read, written)
+
+
+def _probe(layout: Layout):
+    """The layout's tree with a read-only NumPy placeholder per leaf of its shape and dtype
+    (one per shape and dtype, no data): `quant_groups` walks NumPy leaves along its fast
+    path (0.1-0.2 s for 100,000 leaves, against 0.5-0.7 s for the structure's
+    `ShapeDtypeStruct`s). The groups' steps are the structure's."""
+    made: dict[tuple, np.ndarray] = {}
+    leaves = []
+    for slot in layout.slots:
+        key = (slot.shape, slot.dtype)
+        leaf = made.get(key)
+        if leaf is None:
+            leaf = made[key] = np.broadcast_to(np.zeros((), np.dtype(slot.dtype)), slot.shape)
+        leaves.append(leaf)
+    return layout.treedef.unflatten(leaves)
 
 
 class _Marker:
