@@ -241,6 +241,9 @@ def bench_many_groups(layers: int = 60) -> None:
     print(f"dequantize of {len(groups)} small fp8 weights ({layers} layers): median "
           f"{r.median_seconds * 1e3:.2f} ms an execution ({r.n_kernels} kernel calls), of "
           f"which rebuilding the result tree {statistics.median(rebuild) * 1e3:.2f} ms")
+    p = inspector.run(inspector.dequantize, inspector.pack(tree), "bfloat16", repeats=7)
+    print(f"  the same packed: median {p.median_seconds * 1e3:.2f} ms an execution "
+          f"({p.n_kernels} kernel call(s); the result a packed tree, nothing rebuilt)")
 
 
 def bench_packed_layout(n_leaves: int) -> None:
