@@ -141,6 +141,21 @@ def test_per_tensor_and_per_channel_scales(scale_shape, block):
     np.testing.assert_array_equal(bits(out["w"]["weight"]), bits(want))
 
 
+def test_stacked_experts_3d_blocks_and_a_1d_per_tensor_weight():
+    rng = np.random.default_rng(11)
+    experts, scale = fp8(rng, (4, 256, 384)), rng.uniform(0.1, 2, (2, 2, 3)).astype(np.float32)
+    tree = {"e": {"weight": experts, "weight_scale_inv": scale},
+            "v": {"weight": fp8(rng, (256,)), "weight_scale": np.float32(2.0)}}
+    packed = inspector.pack(tree)
+    assert DP.flat_layout(packed.layout, "float32").runs[0].width == 128
+    out = check_against_per_group(packed, "float32")
+    s = np.repeat(np.repeat(np.repeat(scale.astype(np.float64), 2, 0), 128, 1), 128, 2)
+    want = (experts.astype(np.float64) * s).astype(np.float32)  # exact, then float32
+    np.testing.assert_array_equal(np.asarray(out["e"]["weight"]), want)
+    np.testing.assert_array_equal(np.asarray(out["v"]["weight"]),
+                                  tree["v"]["weight"].astype(np.float32) * 2)
+
+
 def test_e5m2_and_e4m3_buffers_each_one_kernel():
     rng = np.random.default_rng(4)
     tree = {"a": {"weight": fp8(rng, (128, 256), E5M2),
