@@ -94,7 +94,7 @@ def test_128x128_blocks_one_kernel_exact(dtype):
 
 def test_every_code_and_special_values_match_numpy_and_the_per_group_path():
     codes = np.arange(256, dtype=np.uint8).view(E4M3).reshape(2, 128)  # 0x7F / 0xFF: NaN
-    scale = np.float32([[0.3], [1e-30]])  # the second gives subnormal float32 products
+    scale = np.float32([[0.3], [1e-30]])  # a tiny scale: products far from 1, still normal
     tree = {"w": {"weight": codes, "weight_scale_inv": scale}}
     for dtype in OUT:
         out = check_against_per_group(inspector.pack(tree), dtype)

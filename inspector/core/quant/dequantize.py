@@ -208,7 +208,10 @@ def dequantize(tree, dtype="bfloat16", device=None):
     leaf is kept as it is. `dtype` is the output dtype ("bfloat16", "float16", "float32", or
     None for each group's own: bf16 for fp8 and mxfp4, the scales' dtype for gptq / awq).
     One jitted kernel per scheme and shape, on `device`; `inspector.run(inspector.dequantize,
-    tree)` times it.
+    tree)` times it. A `PackedTree` whose quantized weights are all FP8 is dequantized in one
+    pass over each float8 buffer and gives a `PackedTree` (the weights in a new buffer, the
+    other leaves shared; `result.unpack()` is what the unpacked tree gives); other packed
+    trees are unpacked and give a plain tree.
 
     Raises:
         InspectorError: an unknown `dtype`.
