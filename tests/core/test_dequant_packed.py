@@ -271,3 +271,26 @@ def test_runs_of_a_100k_leaf_layout_are_built_in_well_under_a_second():
     assert np.diff(starts[at:at + 3]).tolist() == [128, 64]
     assert index[at:at + 3].tolist() == [groups[7][1], groups[7][1] + 1, groups[7][1]]
     assert len(index) == 12_500 * (32 + 32 + 1 + 48) + 50  # + 50 gaps
+
+
+@pytest.mark.parametrize("code_dtype", [E4M3, E5M2])
+def test_the_gpu_and_cpu_formulations_of_the_flat_kernel_give_the_same_bits(code_dtype):
+    """A GPU takes `astype` (hardware float8 conversion), the CPU decodes bits and rounds to
+    bfloat16 by integer ops: both, run here on every code, agree bit for bit."""
+    rng = np.random.default_rng(12)
+    codes = rng.integers(0, 256, 64 * 128, dtype=np.uint8).view(code_dtype)
+    scales = rng.uniform(1e-3, 1e3, 40).astype(np.float32)
+    pieces = rng.integers(0, 40, 64).astype(np.int32)
+    for out in OUT:
+        got = []
+        for cpu in (False, True):
+            kernel = DP.make_flat_fp8(128, code_dtype, out, cpu)
+            got.append(np.asarray(jax.jit(lambda c, s, p, k=kernel: k(None, c, s, p))(
+                codes, scales, pieces)))
+        nan = np.isnan(got[1].astype(np.float32))
+        assert np.array_equal(np.isnan(got[0].astype(np.float32)), nan)
+        np.testing.assert_array_equal(bits(got[0])[~nan], bits(got[1])[~nan])
+        with np.errstate(over="ignore", invalid="ignore"):  # float16 overflows to inf
+            want = (codes.astype(np.float64).reshape(64, 128) * scales[pieces][:, None]
+                    ).astype(np.float32).astype(OUT[out]).reshape(-1)
+        np.testing.assert_array_equal(bits(got[1])[~nan], bits(want)[~nan])
