@@ -294,3 +294,28 @@ def test_the_gpu_and_cpu_formulations_of_the_flat_kernel_give_the_same_bits(code
             want = (codes.astype(np.float64).reshape(64, 128) * scales[pieces][:, None]
                     ).astype(np.float32).astype(OUT[out]).reshape(-1)
         np.testing.assert_array_equal(bits(got[1])[~nan], bits(want)[~nan])
+
+
+@pytest.mark.parametrize("holder", ["dict", "ordered"])
+def test_groups_in_lists_tuples_ordered_dicts_and_flat_names_keep_containers_and_order(holder):
+    from collections import OrderedDict
+
+    rng = np.random.default_rng(13)
+    make = dict if holder == "dict" else OrderedDict
+
+    def layer():
+        return make(weight=fp8(rng, (8, 16)), weight_scale_inv=np.float32([0.5]))
+
+    flat = {f"h.{i}.{n}": v for i in range(3) for n, v in layer().items()}
+    flat["h.norm"] = np.ones(4, np.float32)
+    tree = {"layers": [layer(), (layer(), np.float32(3))], "od": OrderedDict(x=layer()),
+            "flat": flat}
+    packed = inspector.pack(tree)
+    assert DP.flat_layout(packed.layout, "float32") is not None
+    out = check_against_per_group(packed, "float32")  # key paths, order, bits
+    assert type(out["layers"]) is list and type(out["layers"][1]) is tuple
+    assert type(out["od"]) is OrderedDict and list(out["od"]["x"]) == ["weight"]
+    assert type(out["od"]["x"]) is make
+    assert sorted(out["flat"]) == ["h.0.weight", "h.1.weight", "h.2.weight", "h.norm"]
+    np.testing.assert_array_equal(np.asarray(out["flat"]["h.1.weight"]),
+                                  flat["h.1.weight"].astype(np.float32) * 0.5)
