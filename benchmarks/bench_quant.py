@@ -22,8 +22,12 @@ the memory-bandwidth reference (`bandwidth.py`), from one run.
    back as fill 20 ms, ended by one wait, as the reference's XLA copy is timed (one timed
    alone would measure Python's dispatch); on this CPU a sample is one execution.
    Beside it, the floor of any XLA kernel over the same bytes: the codes only widened to
-   bfloat16. Then a 60-layer tree of 420 small FP8 weights: an execution's cost beyond its
-   kernels (rebuilding the result tree).
+   bfloat16. The same tree packed (`inspector.pack`: one float8 and one float32 buffer) is
+   sampled alternately with the plain one, in the same rounds against the same reference:
+   one kernel over the flat buffers (`dequantize_packed`). Then a 60-layer tree of 420 small
+   FP8 weights: an execution's cost beyond its kernels (rebuilding the result tree). Then
+   the first dequantize plan of a 100,000-leaf packed FP8 layout (no data): its groups, runs
+   and result layout, computed once per layout.
    `--compare-table` times the 1e8 case alternately with the CPU's former float8 decoder (a
    gather from a 256-entry table) and the current one (`kernels.fp8_bits`), in one process;
    `--compare-cast` with XLA's own float32 -> bfloat16 conversion and the current one
@@ -195,7 +199,7 @@ def dequantize_sampler(tree: dict):
     from inspector.core.op import block
     from inspector.core.runner import PlannedRun
 
-    planned = PlannedRun(inspector.dequantize, tree, "bfloat16")
+    planned = PlannedRun(inspector.dequantize, tree, "bfloat16")  # tree: plain or packed
     out, _ = planned.execute()  # warm-up
     times = [planned.execute()[1] for _ in range(3)]
     result = planned.result(out, times)
@@ -237,6 +241,38 @@ def bench_many_groups(layers: int = 60) -> None:
     print(f"dequantize of {len(groups)} small fp8 weights ({layers} layers): median "
           f"{r.median_seconds * 1e3:.2f} ms an execution ({r.n_kernels} kernel calls), of "
           f"which rebuilding the result tree {statistics.median(rebuild) * 1e3:.2f} ms")
+    p = inspector.run(inspector.dequantize, inspector.pack(tree), "bfloat16", repeats=7)
+    print(f"  the same packed: median {p.median_seconds * 1e3:.2f} ms an execution "
+          f"({p.n_kernels} kernel call(s); the result a packed tree, nothing rebuilt)")
+
+
+def bench_packed_layout(n_leaves: int) -> None:
+    """The first dequantize of a packed layout of `n_leaves` (FP8 weights of 16 x 256 with
+    two 128 x 128 block scales each, no data): finding the groups on its structure, the
+    runs (`flat_runs.build`) and the result's layout; kept per layout for later calls."""
+    import jax
+
+    from inspector.core.packed import plan_layout
+    from inspector.core.quant import dequantize_packed as DP
+    from inspector.core.quant import flat_runs
+
+    s = jax.ShapeDtypeStruct
+    tree = {"model": {"layers": {str(i): {
+        "weight": s((16, 256), ml_dtypes.float8_e4m3fn),
+        "weight_scale_inv": s((1, 2), np.float32)} for i in range(n_leaves // 2)}}}
+    layout, _ = plan_layout(tree)
+    layout.structure, layout.ordinals  # noqa: B018  # made by `pack` already
+    start = time.perf_counter()
+    flat = DP.flat_layout(layout, "bfloat16")
+    whole = time.perf_counter() - start
+    [runs] = flat.runs
+    groups = [(g * 4096, g * 2, (16, 256), (128, 128)) for g in range(n_leaves // 2)]
+    start = time.perf_counter()
+    flat_runs.pieces(*flat_runs.build(runs.size, groups))
+    build = time.perf_counter() - start
+    print(f"packed layout of {len(layout.slots):,} leaves: first dequantize plan {whole:.2f} s "
+          f"(groups, runs, result layout; kept per layout), of which the runs "
+          f"({len(runs.scale_index):,}, width {runs.width}) {build * 1e3:.0f} ms")
 
 
 def bench_dequantize(n_params: float, rounds: int) -> None:
@@ -247,14 +283,22 @@ def bench_dequantize(n_params: float, rounds: int) -> None:
     ref = Reference()
     widen = widen_kernel(tree)
     sample, r, reps = dequantize_sampler(tree)
-    samples, floor = [], []
+    # the same parameters packed (one float8 buffer, one float32 buffer of scales): one pass
+    # over the flat buffers (`dequantize_packed`), a packed result
+    packed = inspector.pack(tree)
+    start = time.perf_counter()
+    sample_packed, rp, reps_packed = dequantize_sampler(packed)
+    first_packed = time.perf_counter() - start
+    samples, floor, samples_packed = [], [], []
     for _ in range(rounds):
         ref.sample()
         samples.extend(sample() for _ in range(3))
+        samples_packed.extend(sample_packed() for _ in range(3))
         floor.extend(widen() for _ in range(3))
     ref.sample()
     name, best = ref.best()
     op, low = statistics.median(samples), statistics.median(floor)
+    op_packed = statistics.median(samples_packed)
     n = sum(leaf["weight"].size for leaf in tree.values())
     print(f"device {jax.devices()[0].device_kind} ({r.device}); bytes counted: "
           f"{r.bytes_read:,} read + {r.bytes_written:,} written "
@@ -265,6 +309,13 @@ def bench_dequantize(n_params: float, rounds: int) -> None:
           f"{op:.1f} GB/s median ({min(samples):.1f}-{max(samples):.1f}, n={len(samples)}; "
           f"one execution alone {r.gbps:.1f}), reference {name} "
           f"{best:.1f} GB/s, ratio {op / best:.2f}; target >= 0.7")
+    print(f"the same packed (inspector.pack: {len(packed.buffers)} buffers; {rp.n_kernels} "
+          f"kernel call(s), compile {rp.compile_seconds:.2f} s, planned, compiled and run 4 "
+          f"times in {first_packed:.2f} s; bytes counted {rp.bytes_read:,} read + "
+          f"{rp.bytes_written:,} written; {reps_packed} execution(s) a sample): "
+          f"{op_packed:.1f} GB/s median ({min(samples_packed):.1f}-{max(samples_packed):.1f}, "
+          f"n={len(samples_packed)}; one execution alone {rp.gbps:.1f}), ratio "
+          f"{op_packed / best:.2f} (plain {op / best:.2f}); target >= 0.7")
     print(f"  an XLA kernel only widening the same codes to bf16: {low:.1f} GB/s "
           f"({min(floor):.1f}-{max(floor):.1f}), ratio {low / best:.2f}")
     print(ref.summary())
@@ -386,6 +437,7 @@ def main() -> None:
         bench_groups(10_000 if quick else 100_000, 3 if quick else 7)
     if only in (None, "dequantize"):
         bench_dequantize(1e6 if quick else 1e8, 2 if quick else 3)
+        bench_packed_layout(10_000 if quick else 100_000)
         bench_many_groups()
 
 

@@ -116,8 +116,8 @@ def dequantize(tree, dtype="bfloat16", device=None, out: str | os.PathLike | Non
     """
     if out is None:
         return _dq.dequantize(tree, dtype, device=device)
-    plan = _dq.plan_dequantize(tree,
-                               dtype, device)
+    # streamed group by group (a packed tree's flat plan makes one buffer: not streamable)
+    plan = _dq.plan_dequantize(unpacked(tree), dtype, device)
     return write_streamed(lazy_result(plan, progress), out)
 
 

@@ -76,8 +76,11 @@ def test_dequantize_op_through_the_state():
     settings.dtype = "float32"
     state.param.trigger("run")
     assert state.error == ""
-    out = state.result.result
+    out = state.result.result  # the tree is held packed: one pass over its float8 buffer
+    assert isinstance(out, inspector.PackedTree)
+    out = out.unpack()
     assert sorted(out["model"]["up_proj"]) == ["weight"]
+    assert np.asarray(out["model"]["orphan"]["weight"]).dtype == F8  # kept as it is
     w = np.asarray(out["model"]["up_proj"]["weight"])
     assert w.dtype == np.float32 and w[0, 0] == 1.0 and w[200, 300] == -48.0
     assert state.history[-1].op == "dequantize"

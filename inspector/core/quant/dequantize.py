@@ -22,6 +22,7 @@ from inspector.core.packed import PackedTree
 from inspector.core.plan import Call, Plan
 from inspector.core.quant import kernels
 from inspector.core.quant import schemes as S
+from inspector.core.quant.dequantize_packed import plan_packed
 from inspector.core.quant.groups import QuantGroup, quant_groups
 
 _OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -100,13 +101,23 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
     """Finds the tree's quantized weights and returns the `Plan` that dequantizes them.
 
     Groups with a problem that stops dequantization (no scale, shapes that do not tile) are
-    left as they are, members and all: see `quant_groups(tree)` for what is wrong.
+    left as they are, members and all: see `quant_groups(tree)` for what is wrong. A packed
+    tree whose quantized weights are all FP8 is dequantized one float8 buffer at a time, and
+    its result is a packed tree (`dequantize_packed`); other packed trees are unpacked.
 
     Raises:
         InspectorError: `dtype` is not bfloat16, float16 or float32.
     """
     device = resolve_device(device)
     if isinstance(tree, PackedTree):
+        # FP8 weights: one pass over each float8 buffer, a packed result (dequantize_packed)
+        name = "bfloat16" if dtype is None else str(np.dtype(dtype))
+        if name not in _OUT_DTYPES:
+            raise InspectorError(
+                f"Cannot dequantize to {name}: give dtype 'bfloat16', 'float16' or 'float32'.")
+        plan = plan_packed(tree, name, device)
+        if plan is not None:
+            return plan
         tree = tree.unpack()
     groups = [g for g in quant_groups(tree) if g.usable]
     calls, read, written = [], 0, 0
@@ -125,19 +136,29 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
     return Plan("dequantize", device, calls, assemble, read, written)
 
 
-def _edits(groups: list[QuantGroup]) -> dict:
+def _edits(groups: list[QuantGroup], steps_of: list | None = None) -> dict:
     """Per holder (its steps): the members to drop and the logical weights to add; and under
     the key `_BELOW`, per steps from the root, the next steps towards a holder (so each
     execution's rebuild walks only those paths: scanning every holder at every node cost
-    25-100 ms an execution for 420 groups)."""
+    25-100 ms an execution for 420 groups). `steps_of`: each group's steps, if known (a
+    group makes them from its links at each read)."""
     edits: dict = {}
     below: dict = {}
-    for g in groups:
-        drop, add = edits.setdefault(g.steps, (set(), []))
-        drop.update(v for k, v in g.names.items() if k != "logical")
-        add.append(g)
-        for i in range(len(g.steps)):
-            below.setdefault(g.steps[:i], set()).add(g.steps[i])
+    for n, g in enumerate(groups):
+        steps = g.steps if steps_of is None else steps_of[n]
+        here = edits.get(steps)
+        if here is None:
+            here = edits[steps] = (set(), [])
+        here[0].update([v for k, v in g.names.items() if k != "logical"])
+        here[1].append(g)
+        for i in range(len(steps) - 1, -1, -1):  # upwards, until a known link
+            kids = below.get(steps[:i])
+            if kids is None:
+                below[steps[:i]] = {steps[i]}
+            elif steps[i] in kids:
+                break  # the path above is there already
+            else:
+                kids.add(steps[i])
     edits[_BELOW] = below
     return edits
 
@@ -187,7 +208,10 @@ def dequantize(tree, dtype="bfloat16", device=None):
     leaf is kept as it is. `dtype` is the output dtype ("bfloat16", "float16", "float32", or
     None for each group's own: bf16 for fp8 and mxfp4, the scales' dtype for gptq / awq).
     One jitted kernel per scheme and shape, on `device`; `inspector.run(inspector.dequantize,
-    tree)` times it.
+    tree)` times it. A `PackedTree` whose quantized weights are all FP8 is dequantized in one
+    pass over each float8 buffer and gives a `PackedTree` (the weights in a new buffer, the
+    other leaves shared; `result.unpack()` is what the unpacked tree gives); other packed
+    trees are unpacked and give a plain tree.
 
     Raises:
         InspectorError: an unknown `dtype`.
