@@ -25,7 +25,8 @@ for part in $parts; do
     tests) timeout 120 $py -m pytest -q -p no:cacheprovider -p no:benchmark --maxfail 40 --timeout 60 -n 4 \
              tests/core/test_device_upload.py tests/core/test_working_set.py tests/core/test_health_one_pass.py \
              tests/core/test_health_scan.py tests/core/test_health_timeline.py \
-             tests/core/test_quant.py tests/core/test_packed_ops.py tests/core/test_weighted_sum.py \
+             tests/core/test_quant.py tests/core/test_dequant_packed.py tests/core/test_packed_ops.py \
+             tests/core/test_weighted_sum.py \
              tests/core/test_stacking.py tests/core/test_indexing.py tests/core/test_runner.py \
              tests/core/test_output_slots.py tests/core/test_merge.py tests/core/test_convert.py \
              tests/core/test_half_precision.py tests/core/test_value_diff.py \
