@@ -26,11 +26,14 @@ def test_a_stream_writes_its_outputs_into_the_same_memory_and_the_values_hold(tm
     out = lazy_result(plan)
     addresses = set()
     for i in range(6):
-        got = np.asarray(out[f"w{i}"])
-        addresses.add(got.ctypes.data)
+        leaf = out[f"w{i}"]
+        # where the output lies: the device buffer (on a GPU, `np.asarray` is a host copy)
+        addresses.add(leaf.unsafe_buffer_pointer() if hasattr(leaf, "unsafe_buffer_pointer")
+                      else np.asarray(leaf).ctypes.data)
+        got = np.asarray(leaf)
         want = 0.25 * trees[0][f"w{i}"].astype(np.float64) + 0.75 * trees[1][f"w{i}"]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-        del got
+        del got, leaf
     assert len(addresses) == 1  # each output landed where the previous one was
 
 
