@@ -25,8 +25,8 @@ L1 (`prefetch`) while the block is computed."""
 FAR = 8192
 """Elements (32 KiB) ahead whose lines are asked for into L2 (`prefetch_l2`). The two levels
 together, blocks of 512, against one level (8 KiB ahead into L1, blocks of 256: the pass
-before): ratios 0.57-0.64 against 0.50-0.53 of a 2-thread copy, alternated in one process,
-three runs (docs/health-speed.md)."""
+before), alternated in one process: 0.57-0.61 against 0.50-0.53 of a 2-thread copy, three
+runs (`bench_scan_passes.py` alternates them; docs/health-speed.md)."""
 LINE = 16  # float32 elements in a 64-byte cache line
 BITS = 3  # per segment: the bits' uint32 max, uint32 min, int32 max (as uint32)
 SUMS = 4  # per segment: sum d, sum d^2, zeros, shift (d = x - shift)
