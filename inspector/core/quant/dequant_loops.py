@@ -62,8 +62,8 @@ def _make(code_kind: int, out_kind: int):
 
     def job(codes, starts, scale_index, scales, out, lo, hi, r, phase):
         """Writes `out[lo:hi]`; `r` is the run holding element `lo`; `out[i]` lies on a 64-byte
-        boundary where `(i + phase) % 32 == 0` (bfloat16; phase -1: never). Returns -1, or the first run found with a decreasing start or a scale index
-        out of range.
+        boundary where `(i + phase) % 32 == 0` (bfloat16; phase -1: never). Returns -1, or
+        the first run found with a decreasing start or a scale index out of range.
 
         A block's results go to `scratch` (`scratch[k]` is `out[first + k]`), streamed out at
         the block's end (`done`: the end of what is out). Where a piece (a run's part in the
