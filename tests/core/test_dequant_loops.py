@@ -171,3 +171,25 @@ def test_the_loops_stream_their_stores_and_import_inspector_loads_no_numba():
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_stream_copy_copies_any_span_whatever_its_alignment():
+    import numba
+
+    from inspector.core.cpu_loops import store_fence, stream_copy
+
+    @numba.njit
+    def copy(dst, start, src, count):
+        stream_copy(dst, start, src, count)
+        store_fence()
+
+    rng = np.random.default_rng(1)
+    for dtype in (np.uint16, np.float32):
+        src = rng.integers(1, 1000, 400).astype(dtype)
+        for start in (0, 1, 7, 31, 32, 33):
+            for count in (0, 1, 5, 31, 32, 33, 64, 100, 257, 400 - 33):
+                dst = np.zeros(440, dtype)
+                copy(dst, start, src, count)
+                want = np.zeros(440, dtype)
+                want[start:start + count] = src[:count]
+                assert np.array_equal(dst, want), (dtype, start, count)
