@@ -76,6 +76,8 @@ def _make(code_kind: int, out_kind: int):
         i = lo
         while i < hi:
             end = min(i + BLOCK, hi)
+            if phase >= 0 and end < hi:
+                end -= (end + phase) % 32  # whole lines: streamed without memcpy
             done = i
             ahead = min(end + AHEAD, hi)
             for p in range(max(fetched, i + AHEAD), ahead, LINE):
