@@ -62,14 +62,16 @@ def _make(code_kind: int, out_kind: int):
 
     def job(codes, starts, scale_index, scales, out, lo, hi, r, phase):
         """Writes `out[lo:hi]`; `r` is the run holding element `lo`; `out[i]` lies on a 64-byte
-        boundary where `(i + phase) % 32 == 0` (bfloat16; phase -1: never). Returns -1, or
-        the first run found with a decreasing start or a scale index out of range.
+        boundary where `(i + phase) % line == 0` (`line`: elements a line; -1: never).
+        Returns -1, or the first run found with a decreasing start or a scale index out of
+        range.
 
         A block's results go to `scratch` (`scratch[k]` is `out[first + k]`), streamed out at
         the block's end (`done`: the end of what is out). Where a piece (a run's part in the
         block) starts on a line, its whole lines go straight to the output
         (`bf16_table_e4m3fn_stream`): 19.7 against 42-49 ms through the scratch
         (docs/dequantize-speed.md)."""
+        line = LINE // out.itemsize
         scratch = np.empty(BLOCK + 32, out.dtype)  # + 32: a table step past a piece's end
         n_scales = scales.size
         fetched = lo
@@ -77,7 +79,7 @@ def _make(code_kind: int, out_kind: int):
         while i < hi:
             end = min(i + BLOCK, hi)
             if phase >= 0 and end < hi:
-                end -= (end + phase) % 32  # whole lines: streamed without memcpy
+                end -= (end + phase) % line  # whole lines: streamed without memcpy
             done = i
             ahead = min(end + AHEAD, hi)
             for p in range(max(fetched, i + AHEAD), ahead, LINE):
@@ -217,7 +219,7 @@ def fp8_runs(codes: np.ndarray, starts: np.ndarray, scale_index: np.ndarray,
     bounds[-1] = n
     first = np.searchsorted(starts, bounds[:-1], side="right") - 1
     address = out.__array_interface__["data"][0]
-    phase = (address % LINE) // 2 if out.itemsize == 2 and address % 2 == 0 else -1
+    phase = (address % LINE) // out.itemsize if address % out.itemsize == 0 else -1
     args = [(codes, starts, scale_index, scales, out, int(a), int(b), int(r), phase)
             for a, b, r in zip(bounds[:-1], bounds[1:], first, strict=True) if b > a]
     if len(args) == 1:
