@@ -3,13 +3,21 @@ non-temporal stores (docs/dequantize-speed.md).
 
 XLA's CPU kernels store the ordinary way, so every cache line they write is read first
 (write-allocate): dequantizing to bfloat16 moves 5 bytes through memory for the 3 it counts,
-and the bandwidth reference (a `memcpy`, which streams) is out of reach. Here each block of
-`BLOCK` elements is decoded and scaled into a scratch array that stays in L1 (ordinary,
-vectorised stores), then streamed to the output by `cpu_loops.stream_copy`. The work is split
-between the cores in threads (the loops release the GIL), as `health/host_scan.py` does.
+and the bandwidth reference (a `memcpy`, which streams) is out of reach. Here the output is
+written by non-temporal stores, in blocks of `BLOCK` elements (ending on a cache line of the
+output). Per piece (a run's part in a block), fastest first (`fp8_intrinsics.py`):
 
-The arithmetic (32-bit integer ops and selects, emitted by the intrinsics below so that numba
-does not widen them to 64 bits) is bit for bit NumPy's:
+- e4m3fn to bfloat16 with a scale in `TABLE_SCALES`: `bf16_table_e4m3fn`, 32 codes a step by
+  a `vpermw` table lookup; where the piece starts on a line of the output (`empty_out`, runs
+  of multiples of 32), straight from the registers to memory;
+- else the codes decoded by way of float16 (`vcvtph2ps`), or, for a NaN scale or one past
+  2^120 (or without F16C), by integer ops; vectorised by LLVM.
+
+Results that are not streamed straight go to a scratch array that stays in L1 (ordinary
+stores), streamed out at the block's end by `cpu_loops.stream_copy`. The work is split between
+the cores in threads (the loops release the GIL), as `health/host_scan.py` does.
+
+The arithmetic is bit for bit NumPy's:
 `(codes.view(float8).astype(float32) * scale).astype(out)` with ml_dtypes' float8 and
 bfloat16 (round to nearest even, subnormals kept, overflow to inf, a NaN stays a NaN with its
 sign: the quiet NaN for bfloat16, NumPy's payload rule for float16). Where both a code and its
@@ -187,10 +195,12 @@ def fp8_runs(codes: np.ndarray, starts: np.ndarray, scale_index: np.ndarray,
              threads: int | None = None) -> None:
     """Dequantizes flat float8 `codes` (uint8 [N]) into flat `out` ([N]: uint16 bits of
     bfloat16 or float16, or float32): run r covers `[starts[r], starts[r + 1])` (int64 [R + 1],
-    0 to N, non-decreasing) and all its elements use `scales[scale_index[r]]`; value =
+    0 to N, non-decreasing; a decrease, or a scale index outside `scales` for a run that has
+    elements, raises ValueError) and all its elements use `scales[scale_index[r]]`; value =
     decode(code) * scale in float32, rounded to `out_kind` ("bfloat16" | "float16" |
     "float32") as NumPy / ml_dtypes' `astype` rounds. `code_kind`: "e4m3fn" | "e5m2".
-    `threads`: how many threads share the work (default: up to 2, one per core)."""
+    `threads`: how many threads share the work (default: up to 2, one per core). Fastest
+    into an output from `empty_out` (docs/dequantize-speed.md)."""
     if code_kind not in CODE_KINDS:
         raise ValueError(f"code_kind {code_kind!r}: expected one of {sorted(CODE_KINDS)}")
     if out_kind not in OUT_KINDS:
@@ -214,12 +224,16 @@ def fp8_runs(codes: np.ndarray, starts: np.ndarray, scale_index: np.ndarray,
     fn = job_loop(code_kind, out_kind)
     threads = THREADS if threads is None else max(1, threads)
     count = min(4 * threads, n // JOB) if threads > 1 else 1
-    # job bounds on whole cache lines of the output, each job's first run found here
-    bounds = np.linspace(0, n, max(count, 1) + 1).astype(np.int64) // LINE * LINE
-    bounds[-1] = n
-    first = np.searchsorted(starts, bounds[:-1], side="right") - 1
     address = out.__array_interface__["data"][0]
     phase = (address % LINE) // out.itemsize if address % out.itemsize == 0 else -1
+    line = LINE // out.itemsize
+    # job bounds on the output's cache lines (where it has them), each job's first run
+    bounds = np.linspace(0, n, max(count, 1) + 1).astype(np.int64)
+    if phase >= 0:
+        bounds = np.clip((bounds + phase) // line * line - phase, 0, n)
+    bounds[0], bounds[-1] = 0, n
+    first = np.clip(np.searchsorted(starts, bounds[:-1], side="right") - 1, 0,
+                    scale_index.size - 1)
     args = [(codes, starts, scale_index, scales, out, int(a), int(b), int(r), phase)
             for a, b, r in zip(bounds[:-1], bounds[1:], first, strict=True) if b > a]
     if len(args) == 1:
