@@ -1,5 +1,6 @@
-"""What the CPU's numba loops share (`health/scan_loops.py`, `health/step_loops.py`): the
-decorator and the LLVM operations numba does not offer. Imported only with them (numba
+"""What the CPU's numba loops share (`health/scan_loops.py`, `health/step_loops.py`,
+`quant/dequant_loops.py`): the decorator and the LLVM operations numba does not offer
+(`stream_copy` / `store_fence`: non-temporal stores). Imported only with them (numba
 takes ~0.45 s to import).
 
 What keeps such a loop vectorised here (AVX2/AVX-512, checked with `inspect_asm`):
