@@ -4,7 +4,9 @@ float32 -> bfloat16 / float16 rounding as `@intrinsic`s, so that their arithmeti
 many lanes), and `bf16_table_e4m3fn`, a block of 32 codes a step by explicit vector
 operations. Bit for bit NumPy's `astype` with ml_dtypes' types (tests/core/test_dequant_loops.py).
 
-Imported only with the loops (numba).
+Imported only with the loops (numba). numba's disk cache keys the loops on the source of
+`dequant_loops.py` alone: after editing this file, touch that one (or its `__pycache__`'s
+`*.nbi` files go stale unnoticed).
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
-def _hard_half() -> bool:
-    """Whether the CPU converts between float16 and float32 in hardware where LLVM's code
-    runs it (x86-64 with F16C; elsewhere LLVM would call a runtime routine)."""
+def _has_feature(name: str) -> bool:
+    """Whether LLVM's host CPU (x86-64 only) has feature `name`: elsewhere these loops take
+    their portable forms (LLVM would call runtime routines for float16, and the table path
+    is x86's `vpermw`)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     from llvmlite import binding
-    return bool(binding.get_host_cpu_features().get("f16c", False))
+    return bool(binding.get_host_cpu_features().get(name, False))
 
 
-HARD_HALF = _hard_half()
+HARD_HALF = _has_feature("f16c")
 """float16 conversions in hardware: the short decoders (`e4m3fn_over_256`, `e5m2_half`) and
 `f16_bits` by `vcvtps2ph`; else the integer decoders and rounding."""
 
@@ -165,13 +168,6 @@ def f16_bits(typingctx, value):
         h = builder.select(builder.icmp_unsigned(">", a, _u32(0x7F800000)), nan, h)
         return builder.trunc(builder.or_(h, sign), _I16)
     return numba.types.uint16(value), codegen
-
-
-def _has_feature(name: str) -> bool:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    from llvmlite import binding
-    return bool(binding.get_host_cpu_features().get(name, False))
 
 
 TABLES = _has_feature("avx512bw")
