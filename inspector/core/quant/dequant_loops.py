@@ -7,9 +7,10 @@ and the bandwidth reference (a `memcpy`, which streams) is out of reach. Here th
 written by non-temporal stores, in blocks of `BLOCK` elements (ending on a cache line of the
 output). Per piece (a run's part in a block), fastest first (`fp8_intrinsics.py`):
 
-- e4m3fn to bfloat16 with a scale in `TABLE_SCALES`: `bf16_table_e4m3fn`, 32 codes a step by
-  a `vpermw` table lookup; where the piece starts on a line of the output (`empty_out`, runs
-  of multiples of 32), straight from the registers to memory;
+- e4m3fn to bfloat16 or float32 with a scale in `TABLE_SCALES`: `bf16_table_e4m3fn` /
+  `f32_table_e4m3fn`, a line of results a step by a `vpermw` / `vpermi2d` table lookup; where
+  the piece starts on a line of the output (`empty_out`, runs of multiples of 32), straight
+  from the registers to memory;
 - else the codes decoded by way of float16 (`vcvtph2ps`), or, for a NaN scale or one past
   2^120 (or without F16C), by integer ops; vectorised by LLVM.
 
@@ -47,6 +48,8 @@ from inspector.core.quant.fp8_intrinsics import (
     e5m2_half,
     e5m2_value,
     f16_bits,
+    f32_table_e4m3fn,
+    f32_table_e4m3fn_stream,
 )
 
 BLOCK = 1024
@@ -72,7 +75,8 @@ def _make(code_kind: int, out_kind: int):
         """Writes `out[lo:hi]`; `r` is the run holding element `lo`; `out[i]` lies on a 64-byte
         boundary where `(i + phase) % line == 0` (`line`: elements a line; -1: never).
         Returns -1, or the first run found with a decreasing start or a scale index out of
-        range.
+        range. `phase` must be the output's own (`fp8_runs` computes it): a streaming store
+        off a 64-byte boundary faults.
 
         A block's results go to `scratch` (`scratch[k]` is `out[first + k]`), streamed out at
         the block's end (`done`: the end of what is out). Where a piece (a run's part in the
@@ -104,22 +108,31 @@ def _make(code_kind: int, out_kind: int):
                     return r
                 s = scales[k]
                 stop = min(starts[r + 1], end)
-                if (TABLES and code_kind == 0 and out_kind == 0
+                if (TABLES and code_kind == 0 and out_kind != 1
                         and TABLE_LOW <= abs(s) <= TABLE_HIGH):
-                    steps = (stop - i) // 32
-                    if steps and phase >= 0 and (i + phase) % 32 == 0:
+                    # a table step: a line of results (32 bfloat16, 16 float32)
+                    steps = (stop - i) // line
+                    if steps and phase >= 0 and (i + phase) % line == 0:
                         # whole cache lines of the output: streamed there, no scratch
                         if i > done:
                             stream_copy(out, done, scratch[done - first:], i - done)
-                        bf16_table_e4m3fn_stream(codes, i, out, i, steps, s)
-                        done = i + 32 * steps
-                    else:
+                        if out_kind == 0:
+                            bf16_table_e4m3fn_stream(codes, i, out, i, steps, s)
+                        else:
+                            f32_table_e4m3fn_stream(codes, i, out, i, steps, s)
+                        done = i + line * steps
+                    elif out_kind == 0:
                         bf16_table_e4m3fn(codes, i, scratch, i - first, steps, s)
-                    i += 32 * steps
-                    if i < stop and i + 32 <= codes.size:
+                    else:
+                        f32_table_e4m3fn(codes, i, scratch, i - first, steps, s)
+                    i += line * steps
+                    if i < stop and i + line <= codes.size:
                         # the piece's last codes: one more step, the results past the piece
                         # overwritten by the next piece's (or never streamed)
-                        bf16_table_e4m3fn(codes, i, scratch, i - first, 1, s)
+                        if out_kind == 0:
+                            bf16_table_e4m3fn(codes, i, scratch, i - first, 1, s)
+                        else:
+                            f32_table_e4m3fn(codes, i, scratch, i - first, 1, s)
                         i = stop
                 if i < stop:
                     s2 = s * np.float32(256) if code_kind == 0 else s

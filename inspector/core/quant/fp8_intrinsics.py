@@ -253,3 +253,65 @@ def bf16_table_e4m3fn_stream(typingctx, codes, c0, out, s0, count, scale):
     otherwise). x86-64 only (where `TABLES`); end the writing with `store_fence()`."""
     return (numba.types.void(codes, c0, out, s0, count, scale),
             functools.partial(_table_ir, stream=True))
+
+
+def _f32_table_ir(context, builder, signature, args, stream=False):
+    """`_table_ir` for float32 results: 16 codes a step (a line), the two tables as 32-bit
+    lanes (`vpermi2d` over 32 entries, `vpermd` over the subnormal codes' 8)."""
+    i64, i8 = ir.IntType(64), ir.IntType(8)
+    v16 = ir.VectorType(_I32, 16)
+
+    def splat(value: int):
+        return ir.Constant(v16, [value & 0xFFFFFFFF] * 16)
+
+    codes = context.make_array(signature.args[0])(context, builder, args[0]).data
+    out = context.make_array(signature.args[2])(context, builder, args[2]).data
+    c0, s0, count = (context.cast(builder, args[k], signature.args[k], numba.types.int64)
+                     for k in (1, 3, 4))
+    x = ir.Constant(ir.VectorType(_F32, 16), [(1 + m / 8) * 2.0 ** -7 for m in range(8)]
+                    + [m * 2.0 ** -9 for m in range(8)])
+    s = builder.insert_element(ir.Constant(ir.VectorType(_F32, 16), None), args[5],
+                               ir.Constant(_I32, 0))
+    s = builder.shuffle_vector(s, s, ir.Constant(v16, [0] * 16))
+    u = builder.bitcast(builder.fmul(x, s), v16)
+    # entries k = 8 e + m, e the exponent mod 4 (two registers), and the subnormal codes' m
+    low = builder.add(builder.shuffle_vector(u, u, ir.Constant(v16, [k & 7 for k in range(16)])),
+                      ir.Constant(v16, [(k >> 3) << 23 for k in range(16)]))
+    high = builder.add(low, splat(2 << 23))
+    tiny = builder.shuffle_vector(u, u, ir.Constant(v16, [8 + (k & 7) for k in range(16)]))
+    pick2 = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
+                                           "llvm.x86.avx512.vpermi2var.d.512")
+    pick = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 2),
+                                          "llvm.x86.avx512.permvar.si.512")
+    src = builder.bitcast(builder.gep(codes, [c0]), ir.PointerType(i8))
+    dst = builder.bitcast(builder.gep(out, [s0]), ir.PointerType(_I32))
+    with cgutils.for_range(builder, count) as step:
+        at = builder.mul(step.index, i64(16))
+        w = builder.zext(builder.load(builder.bitcast(builder.gep(src, [at]),
+                                                      ir.PointerType(ir.VectorType(i8, 16))),
+                                      align=1), v16)
+        r = builder.call(pick2, [low, w, high])  # the low 5 bits index
+        r = builder.add(r, builder.and_(builder.shl(w, splat(20)), splat(0x06000000)))
+        mag = builder.and_(w, splat(0x7F))
+        r = builder.select(builder.icmp_unsigned("<", mag, splat(8)),
+                           builder.call(pick, [tiny, w]), r)  # vpermd: the low 4 bits
+        r = builder.select(builder.icmp_unsigned("==", mag, splat(0x7F)), splat(0x7FC00000), r)
+        r = builder.xor(r, builder.and_(builder.shl(w, splat(24)), splat(0x80000000)))
+        store = builder.store(r, builder.bitcast(builder.gep(dst, [at]), v16.as_pointer()),
+                              align=64 if stream else 4)
+        if stream:
+            store.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
+    return context.get_dummy_value()
+
+
+@intrinsic
+def f32_table_e4m3fn(typingctx, codes, c0, out, s0, count, scale):
+    """`bf16_table_e4m3fn` for float32 `out`: 16 codes a step."""
+    return numba.types.void(codes, c0, out, s0, count, scale), _f32_table_ir
+
+
+@intrinsic
+def f32_table_e4m3fn_stream(typingctx, codes, c0, out, s0, count, scale):
+    """`f32_table_e4m3fn` by non-temporal stores: `out[s0]` on a 64-byte boundary."""
+    return (numba.types.void(codes, c0, out, s0, count, scale),
+            functools.partial(_f32_table_ir, stream=True))
