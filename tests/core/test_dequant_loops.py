@@ -193,3 +193,15 @@ def test_stream_copy_copies_any_span_whatever_its_alignment():
                 want = np.zeros(440, dtype)
                 want[start:start + count] = src[:count]
                 assert np.array_equal(dst, want), (dtype, start, count)
+
+
+def test_read_only_inputs_as_a_jax_cpu_array_or_a_mapped_file_gives_them():
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 256, 5000, dtype=np.uint8)
+    starts = np.arange(0, 5001, 100, dtype=np.int64)
+    index = np.arange(50, dtype=np.int64)
+    scales = np.linspace(0.1, 2.0, 50).astype(np.float32)
+    for array in (codes, starts, index, scales):
+        array.setflags(write=False)
+    want = reference(codes, starts, index, scales, "bfloat16", "e4m3fn")
+    assert np.array_equal(run(codes, starts, index, scales, "bfloat16", "e4m3fn", 0, True), want)
