@@ -59,7 +59,7 @@ def references(x: np.ndarray) -> None:
 
 SETTINGS = {
     "in use": None,  # scan_loops.BLOCK, AHEAD, FAR
-    "blocks of 256, 8 KiB into L1 (before)": (256, 2048, 0),
+    "blocks of 256, 8 KiB into L1 (the settings before)": (256, 2048, 0),
     "blocks of 512, 4 KiB into L1 only": (512, 1024, 0),
     "blocks of 256, 4 KiB into L1 + 32 KiB into L2": (256, 1024, 8192),
 }

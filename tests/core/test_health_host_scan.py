@@ -168,3 +168,35 @@ def test_large_leaves_inside_a_chunk_of_several():
         assert_figures(stats, tree[stats.path[2:-2]])
     assert s.leaf("['signed']").zeros == 3 and s.leaf("['bad']").nan == 1
     assert [x.path for x in s.nonfinite()] == ["['bad']"]
+
+
+def test_zeros_are_counted_in_every_block_that_holds_one():
+    """The pass counts zeros only in a block whose least |x| bits are 0: zeros (+0.0 and
+    -0.0) at a block's first and last element, in one block of many, in every block, and
+    none; against NumPy's counts, with min and max (the least |x| bits stand for the uint32
+    minimum: one-signed leaves, a leaf of zeros only)."""
+    from inspector.core.health import scan_loops
+
+    block = scan_loops.BLOCK
+    rng = np.random.default_rng(8)
+    leaves_ = {}
+    for name, n in (("edges", 5 * block), ("one", 7 * block + 3), ("all", 3 * block + 1),
+                    ("none", 4 * block), ("positive", 2 * block + 5),
+                    ("negative", 2 * block + 7), ("zeros_only", block + 1)):
+        leaves_[name] = rng.standard_normal(n).astype(np.float32)
+    edges = leaves_["edges"]
+    edges[[0, block - 1, block, 2 * block - 1, 4 * block]] = [0.0, -0.0, 0.0, -0.0, 0.0]
+    leaves_["one"][3 * block + 17] = -0.0
+    leaves_["all"][::block // 2] = 0.0
+    leaves_["none"][leaves_["none"] == 0] = 1.0
+    leaves_["positive"] = np.abs(leaves_["positive"]) + 0.5
+    leaves_["positive"][block + 2] = 0.0  # the least |x| is a zero: min 0.0
+    leaves_["negative"] = -np.abs(leaves_["negative"]) - 0.5
+    leaves_["zeros_only"][:] = -0.0
+    s = inspector.scan(inspector.pack(leaves_))
+    for name, x in leaves_.items():
+        stats = s.leaf(f"['{name}']")
+        assert stats.zeros == int((x == 0).sum()), name
+        assert (stats.min, stats.max) == (float(x.min()), float(x.max())), name
+    assert s.leaf("['none']").zeros == 0 and s.leaf("['all']").zeros == 7
+    assert s.leaf("['negative']").max < 0 and s.leaf("['positive']").min == 0.0

@@ -13,8 +13,8 @@ Each chunk is cut where a leaf starts or ends, so each segment belongs to one le
 is a run of whole segments. Per segment, the ten partials of `kernels.py` (`n, shift, sum d,
 sum d^2, min, max, zeros, nan, +inf, -inf`, `d = x - shift`):
 
-- min, max: from the integer maxima and minima of the bits (`decode_min_max`); a NaN or Inf
-  shows in them or in the sums, and only a segment holding one (or whose float32 sums
+- min, max: from the integer maxima of the bits and the least |x| bits (`decode_min_max`); a
+  NaN or Inf shows in them or in the sums, and only a segment holding one (or whose float32 sums
   overflow) goes through the careful pass (`_careful`: float64, NaN/Inf counted, left out of
   the moments);
 - sums and sums of squares in float32 in blocks of 256 elements, the blocks added in
@@ -130,19 +130,21 @@ def _chunks(segment_pass, x, points, first, bits, sums, chunks) -> None:
 
 
 def decode_min_max(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment min and max of float32 values from `(uint32 max, uint32 min, int32 max)`
-    of their bits.
+    """Per segment min and max of float32 values from `(uint32 max, least |x| bits, int32
+    max)` of their bits (`|x|` bits: the sign bit cleared).
 
     As uint32 a negative float (sign bit set) is above every positive one and larger the
     larger its magnitude; as int32 a positive one is above every negative one and ordered. So
-    the min is the uint32 max when the segment holds a negative, else the uint32 min; the max
-    is the int32 max when that is not negative, else (all negative) the uint32 min. A NaN or
-    Inf makes the min or the max NaN or Inf, as the float reductions do (only which non-finite
-    value shows can differ)."""
-    umax, umin, imax = bits[:, 0], bits[:, 1], bits[:, 2]
+    the min is the uint32 max when the segment holds a negative, else (no negative) the least
+    |x|; the max is the int32 max when that is not negative, else (all negative) the negative
+    of least magnitude: the least |x| with the sign bit set. A NaN or Inf makes the min or the
+    max NaN or Inf, as the float reductions do (only which non-finite value shows can
+    differ)."""
+    umax, amin, imax = bits[:, 0], bits[:, 1], bits[:, 2]
     negative = umax >= 0x80000000  # the segment holds a negative (or -0.0)
     positive = imax.view(np.int32) >= 0  # ... a positive (or +0.0)
-    lo, hi = np.where(negative, umax, umin), np.where(positive, imax, umin)
+    lo = np.where(negative, umax, amin)
+    hi = np.where(positive, imax, amin | np.uint32(0x80000000))
     return lo.view(np.float32), hi.view(np.float32)
 
 
