@@ -40,6 +40,10 @@ class Call:
             `compiler_options`): code-generation preferences that leave results unchanged
             (e.g. the CPU's vector width). The key must tell them apart; a batch compiles
             with every option of its calls (the first call's value where two differ).
+        host: when true, the kernel is the function `make()` returns, run as it is on the
+            host (a CPU loop outside XLA: `quant/dequantize_host.py`): never lowered,
+            compiled, stored or batched. It must honour `donate` as XLA does (a donated
+            buffer is gone after the call).
     """
 
     key: tuple
@@ -51,6 +55,7 @@ class Call:
     out_shardings: object = None
     chain: bool = False
     options: tuple = ()
+    host: bool = False
 
     def target(self, i: int, device):
         """Where args[i] must live: its sharding over the mesh, else the plan's device."""
@@ -73,8 +78,9 @@ def carry(call: Call, out) -> None:
 def _batchable(call: Call) -> bool:
     """Whether a call may run inside a batch: it reads placed arrays only (lazy leaves stream
     one by one), is not part of a chain and is not sharded. Donated and carried outputs batch
-    too (each member keeps its own buffer)."""
-    return not (call.chain or call.shardings is not None or call.out_shardings is not None
+    too (each member keeps its own buffer). A host call runs alone."""
+    return not (call.chain or call.host or call.shardings is not None
+                or call.out_shardings is not None
                 or any(isinstance(a, LazyArray) for a in call.args))
 
 

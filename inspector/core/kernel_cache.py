@@ -142,7 +142,10 @@ def compiled_kernel(call: Call, device) -> tuple[jax.stages.Compiled, bool]:
         if compiled is not None:
             _CACHE.move_to_end(key)
             return compiled, False
-        compiled, new = _compile(call, device)
+        if call.host:  # a Python function run on the host: nothing to compile
+            compiled, new = call.make(), False
+        else:
+            compiled, new = _compile(call, device)
         _CACHE[key] = compiled
         _evict()
         return compiled, new
@@ -153,7 +156,7 @@ def _missing(calls: list[Call], device) -> dict[tuple, Call]:
     with _LOCK:
         for call in calls:
             key = _cache_key(call, device)
-            if key not in _CACHE:
+            if key not in _CACHE and not call.host:  # host calls: `compiled_kernel` makes them
                 missing.setdefault(key, call)
     return missing
 

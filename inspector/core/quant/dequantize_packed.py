@@ -26,10 +26,13 @@ import numpy as np
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import Layout, PackedTree, Slot, interned
 from inspector.core.plan import Call, Plan
-from inspector.core.quant import flat_runs, kernels
+from inspector.core.quant import dequantize_host, flat_runs, kernels
 from inspector.core.quant import schemes as S
 from inspector.core.quant.groups import quant_groups
 
+HOST_LOOP = True
+"""Whether the CPU dequantizes a float8 buffer with the numba loop (`dequantize_host.py`)
+where it takes the dtypes; False: the XLA kernel everywhere (tests compare the two)."""
 MIN_WIDTH = 4
 """Runs of a float8 buffer are cut into pieces of one width, each with a scale index (int32):
 4 / width bytes read per parameter beyond the op's own. Below this width (odd shapes beside
@@ -206,9 +209,12 @@ def flat_call(runs: flat_runs.FlatRuns, codes, scales, dtype: str, device) -> Ca
     """The call that dequantizes one float8 buffer (`codes`) with `scales` (the buffer of its
     scales) into a new buffer of `dtype`.
 
-    The one place the kernel is chosen: a CPU loop over `runs.starts` / `runs.scale_index`
-    (`fp8_runs(codes, starts, scale_index, scales, out, out_kind, code_kind)`) would be made
-    here instead of the XLA kernel."""
+    The one place the kernel is chosen: on the CPU, a host call running the numba loop
+    `dequant_loops.fp8_runs` over `runs.starts` / `runs.scale_index` where it takes the
+    dtypes (`dequantize_host.py`: streaming stores, 0.49-0.89 of the copy against the XLA
+    kernel's 0.31-0.46); else the XLA kernel."""
+    if HOST_LOOP and dequantize_host.usable(codes, scales, dtype, device):
+        return dequantize_host.host_call(runs, codes, scales, dtype, device)
     code_dtype = np.dtype(codes.dtype)
     bits = device.platform == "cpu"
     options = kernels.cpu_options() if bits else ()
