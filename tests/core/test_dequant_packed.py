@@ -344,7 +344,8 @@ def test_the_cpus_loop_writes_each_execution_into_the_last_ones_memory(kernel_ki
                       "weight_scale_inv": rng.uniform(0.1, 2, (2, 3)).astype(np.float32)}
             for i in range(3)}
     packed = inspector.pack(tree)
-    planned = PlannedRun(inspector.dequantize, packed, "bfloat16")
+    cpu = jax.devices("cpu")[0]  # the loop's device, also where the default is a GPU
+    planned = PlannedRun(inspector.dequantize, packed, "bfloat16", device=cpu)
     assert [c.host for c in planned.plan.calls] == [True]
     want = numpy_reference(tree["l2"]["weight"], tree["l2"]["weight_scale_inv"], (128, 128),
                            "bfloat16")
