@@ -219,7 +219,7 @@ def dequantize_sampler(tree: dict):
 def bench_many_groups(layers: int = 60) -> None:
     """A DeepSeek-like tree of `layers` x 7 small FP8 weights (128 x 128, one scale each):
     what an execution costs beyond its kernels, mostly rebuilding the result tree."""
-    from inspector.core.quant import dequantize as D
+    from inspector.core.quant import rebuild as R
 
     rng = np.random.default_rng(0)
     codes = rng.standard_normal((128, 128)).astype(ml_dtypes.float8_e4m3fn)
@@ -232,11 +232,11 @@ def bench_many_groups(layers: int = 60) -> None:
         for i in range(layers)}}}
     r = inspector.run(inspector.dequantize, tree, "bfloat16", repeats=7)
     groups = [g for g in inspector.quant_groups(tree) if g.usable]
-    edits, outputs = D._edits(groups), {id(g): None for g in groups}
+    edits, outputs = R.edits_of(groups), {id(g): None for g in groups}
     rebuild = []
     for _ in range(7):
         start = time.perf_counter()
-        D._rebuild(tree, (), edits, outputs)
+        R.rebuild_tree(tree, (), edits, outputs)
         rebuild.append(time.perf_counter() - start)
     print(f"dequantize of {len(groups)} small fp8 weights ({layers} layers): median "
           f"{r.median_seconds * 1e3:.2f} ms an execution ({r.n_kernels} kernel calls), of "

@@ -11,8 +11,9 @@ import numpy as np
 
 from inspector.core.lazy import LazyArray
 from inspector.core.packed import PackedTree
-from inspector.core.quant.dequantize import _edits, _rebuild, dequantize, holder
+from inspector.core.quant.dequantize import dequantize
 from inspector.core.quant.groups import QuantGroup, quant_groups
+from inspector.core.quant.rebuild import edits_of, holder, rebuild_tree
 
 _HAS_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -37,7 +38,7 @@ def dequantized_view(tree):
     leaves = {id(g): LazyArray(g.shape, "float32", _Reader(tree, g),
                                source=f"dequantized {g.scheme} weight {g.path}")
               for g in groups}
-    return _rebuild(tree, (), _edits(groups), leaves)
+    return rebuild_tree(tree, (), edits_of(groups), leaves)
 
 
 class _Reader:

@@ -29,6 +29,7 @@ from inspector.core.plan import Call, Plan
 from inspector.core.quant import dequantize_host, flat_runs, kernels
 from inspector.core.quant import schemes as S
 from inspector.core.quant.groups import quant_groups
+from inspector.core.quant.rebuild import edits_of, holder, rebuild_tree
 
 HOST_LOOP = True
 """Whether the CPU dequantizes a float8 buffer with the numba loop (`dequantize_host.py`)
@@ -69,8 +70,6 @@ def flat_layout(layout: Layout, dtype: str) -> _Flat | None:
 
 
 def _analyse(layout: Layout, dtype: str) -> _Flat | None:
-    from inspector.core.quant.dequantize import _edits, _rebuild, holder
-
     if layout.lead:
         return None
     structure, ordinals, slots = layout.structure, layout.ordinals, layout.slots
@@ -112,7 +111,7 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
         if width < MIN_WIDTH:
             return None
         runs.append(flat_runs.FlatRuns(group, scale_of[group], starts, index, width, pieces))
-    # the result's structure, as the per-group path's `_rebuild` makes it (a marker where each
+    # the result's structure, as the per-group path's `rebuild_tree` makes it (a marker where each
     # group's output goes): holders that are plain dicts are edited in place as it edits
     # them (members dropped, the logical key added last), 0.3-0.8 s less for 50,000 groups
     if all(type(node) is dict for node in holders):
@@ -124,7 +123,7 @@ def _analyse(layout: Layout, dtype: str) -> _Flat | None:
             node[names["logical"]] = markers[id(g)]
         rebuilt = fresh
     else:
-        rebuilt = _rebuild(structure, (), _edits(groups, steps_of), markers)
+        rebuilt = rebuild_tree(structure, (), edits_of(groups, steps_of), markers)
     leaves, treedef = jax.tree_util.tree_flatten(rebuilt)
     new_slots = [s for s in slots if s.group not in by_buffer]  # the groups kept
     taken = {s.group for s in new_slots}

@@ -31,7 +31,7 @@ def dequantized_leaf(tree, group) -> np.ndarray | None:
     """The group's dequantized values (float32), computed by the same kernels as the op."""
     if not group.usable:
         return None
-    from inspector.core.quant.dequantize import holder
+    from inspector.core.quant.rebuild import holder
 
     if isinstance(tree, inspector.PackedTree):
         tree = tree.unpack()  # views into its buffers
