@@ -177,6 +177,30 @@ TABLE_SCALES = (2.0 ** -118, 2.0 ** 110)
 normal float32 (>= 2^-126) and its bfloat16 no inf (448 x 2^110 < 2^128)."""
 
 
+def _table_inputs(context, builder, signature, args):
+    """What both table kernels start from: the codes' and the output's data pointers, the
+    offsets `c0`, `s0` and the step count as int64, and the 16 products of the scale (lanes of
+    int32 bits): 1.mmm x 2^-7 x s for m = 0..7, then m x 2^-9 x s (the subnormal codes)."""
+    codes = context.make_array(signature.args[0])(context, builder, args[0]).data
+    out = context.make_array(signature.args[2])(context, builder, args[2]).data
+    c0, s0, count = (context.cast(builder, args[k], signature.args[k], numba.types.int64)
+                     for k in (1, 3, 4))
+    x = ir.Constant(ir.VectorType(_F32, 16), [(1 + m / 8) * 2.0 ** -7 for m in range(8)]
+                    + [m * 2.0 ** -9 for m in range(8)])
+    s = builder.insert_element(ir.Constant(ir.VectorType(_F32, 16), None), args[5],
+                               ir.Constant(_I32, 0))
+    s = builder.shuffle_vector(s, s, ir.Constant(ir.VectorType(_I32, 16), [0] * 16))
+    return codes, out, c0, s0, count, builder.bitcast(builder.fmul(x, s),
+                                                      ir.VectorType(_I32, 16))
+
+
+def _store_line(builder, value, pointer, stream: bool, align: int) -> None:
+    """Stores one line of results: by a non-temporal store (64-byte aligned) when `stream`."""
+    store = builder.store(value, pointer, align=64 if stream else align)
+    if stream:
+        store.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
+
+
 def _table_ir(context, builder, signature, args, stream=False):
     i64, i8 = ir.IntType(64), ir.IntType(8)
     v16, v32 = ir.VectorType(_I16, 16), ir.VectorType(_I16, 32)
@@ -184,17 +208,8 @@ def _table_ir(context, builder, signature, args, stream=False):
     def splat16(value: int):
         return ir.Constant(v32, [value & 0xFFFF] * 32)
 
-    codes = context.make_array(signature.args[0])(context, builder, args[0]).data
-    scratch = context.make_array(signature.args[2])(context, builder, args[2]).data
-    c0, s0, count = (context.cast(builder, args[k], signature.args[k], numba.types.int64)
-                     for k in (1, 3, 4))
-    # the 16 products: 1.mmm x 2^-7 x s, then m x 2^-9 x s (the subnormal codes), to bfloat16
-    x = ir.Constant(ir.VectorType(_F32, 16), [(1 + m / 8) * 2.0 ** -7 for m in range(8)]
-                    + [m * 2.0 ** -9 for m in range(8)])
-    s = builder.insert_element(ir.Constant(ir.VectorType(_F32, 16), None), args[5],
-                               ir.Constant(_I32, 0))
-    s = builder.shuffle_vector(s, s, ir.Constant(ir.VectorType(_I32, 16), [0] * 16))
-    u = builder.bitcast(builder.fmul(x, s), ir.VectorType(_I32, 16))
+    codes, scratch, c0, s0, count, u = _table_inputs(context, builder, signature, args)
+    # the 16 products rounded to bfloat16
     v32i = ir.VectorType(_I32, 16)
     odd = builder.and_(builder.lshr(u, ir.Constant(v32i, [16] * 16)), ir.Constant(v32i, [1] * 16))
     rounded = builder.lshr(builder.add(u, builder.add(ir.Constant(v32i, [0x7FFF] * 16), odd)),
@@ -225,10 +240,8 @@ def _table_ir(context, builder, signature, args, stream=False):
                            builder.call(permute, [tiny, w]), r)
         r = builder.select(builder.icmp_unsigned("==", mag, splat16(0x7F)), splat16(0x7FC0), r)
         r = builder.xor(r, builder.and_(builder.shl(w, splat16(8)), splat16(0x8000)))
-        store = builder.store(r, builder.bitcast(builder.gep(dst, [at]), ir.PointerType(v32)),
-                              align=64 if stream else 2)
-        if stream:
-            store.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
+        _store_line(builder, r, builder.bitcast(builder.gep(dst, [at]), ir.PointerType(v32)),
+                    stream, 2)
     return context.get_dummy_value()
 
 
@@ -264,16 +277,7 @@ def _f32_table_ir(context, builder, signature, args, stream=False):
     def splat(value: int):
         return ir.Constant(v16, [value & 0xFFFFFFFF] * 16)
 
-    codes = context.make_array(signature.args[0])(context, builder, args[0]).data
-    out = context.make_array(signature.args[2])(context, builder, args[2]).data
-    c0, s0, count = (context.cast(builder, args[k], signature.args[k], numba.types.int64)
-                     for k in (1, 3, 4))
-    x = ir.Constant(ir.VectorType(_F32, 16), [(1 + m / 8) * 2.0 ** -7 for m in range(8)]
-                    + [m * 2.0 ** -9 for m in range(8)])
-    s = builder.insert_element(ir.Constant(ir.VectorType(_F32, 16), None), args[5],
-                               ir.Constant(_I32, 0))
-    s = builder.shuffle_vector(s, s, ir.Constant(v16, [0] * 16))
-    u = builder.bitcast(builder.fmul(x, s), v16)
+    codes, out, c0, s0, count, u = _table_inputs(context, builder, signature, args)
     # entries k = 8 e + m, e the exponent mod 4 (two registers), and the subnormal codes' m
     low = builder.add(builder.shuffle_vector(u, u, ir.Constant(v16, [k & 7 for k in range(16)])),
                       ir.Constant(v16, [(k >> 3) << 23 for k in range(16)]))
@@ -297,10 +301,8 @@ def _f32_table_ir(context, builder, signature, args, stream=False):
                            builder.call(pick, [tiny, w]), r)  # vpermd: the low 4 bits
         r = builder.select(builder.icmp_unsigned("==", mag, splat(0x7F)), splat(0x7FC00000), r)
         r = builder.xor(r, builder.and_(builder.shl(w, splat(24)), splat(0x80000000)))
-        store = builder.store(r, builder.bitcast(builder.gep(dst, [at]), v16.as_pointer()),
-                              align=64 if stream else 4)
-        if stream:
-            store.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
+        _store_line(builder, r, builder.bitcast(builder.gep(dst, [at]), v16.as_pointer()),
+                    stream, 4)
     return context.get_dummy_value()
 
 
