@@ -330,6 +330,7 @@ def test_groups_in_lists_tuples_ordered_dicts_and_flat_names_keep_containers_and
                                   flat["h.1.weight"].astype(np.float32) * 0.5)
 
 
+@pytest.mark.parametrize("kernel_kind", ["host loop"], indirect=True)  # the loop's own buffers
 def test_the_cpus_loop_writes_each_execution_into_the_last_ones_memory(kernel_kind):
     """On the CPU the numba loop's host call honours donation as an XLA kernel does: a timed
     repeat writes into the last result's memory (64-byte aligned, no fresh pages) and that
@@ -337,8 +338,6 @@ def test_the_cpus_loop_writes_each_execution_into_the_last_ones_memory(kernel_ki
     result stays readable. Values exact every time."""
     from inspector.core.runner import PlannedRun
 
-    if kernel_kind != "host loop":
-        pytest.skip("the numba loop's own buffers")
     rng = np.random.default_rng(12)
     tree = {f"l{i}": {"weight": fp8(rng, (256, 384)),
                       "weight_scale_inv": rng.uniform(0.1, 2, (2, 3)).astype(np.float32)}
