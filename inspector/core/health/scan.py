@@ -211,8 +211,7 @@ def _scan_packed(tree: PackedTree, device, paths=None):
         one_pass = kernels.ONE_PASS_FORM if _one_pass(device) else ""
         block = block_for(layout.sizes[group], len(members), bool(one_pass),
                           device.platform != "cpu")
-        (start, stop, row, lo, hi, pieces), (order, is_piece, first, end) = \
-            _leaf_rows(info, group, size, block)
+        start, stop, row, lo, hi, pieces = _leaf_rows(info, group, size, block)
         rows, n_grid = np.zeros((0, N_FIGURES)), 0
         if size:
             # piece lists padded to a power of two with empty pieces: trees of one buffer size
@@ -226,10 +225,12 @@ def _scan_packed(tree: PackedTree, device, paths=None):
             grid = np.asarray(grid) if one_pass == "variadic" else \
                 _careful_again(np.asarray(grid), x, size, block, work, device)
             rows, n_grid = np.concatenate([grid, np.asarray(piece_rows)]), len(grid)
-        if len(order) < 2 * len(members):  # most leaves one row: each leaf's rows one after
-            # the other, in float64 (the kernel's are float32), one-row leaves straight from
-            # their row (100k leaves of ~270 elements, rows of 2048: 14-32 ms here, against
+        n_rows = np.count_nonzero(pieces >= 0) + np.sum(stop - start)  # the leaves' rows
+        if n_rows < 2 * len(members):  # most leaves one row: each leaf's rows one after the
+            # other, in float64 (the kernel's are float32), one-row leaves straight from their
+            # row (100k leaves of ~270 elements, rows of 2048: 14-32 ms here, against
             # 136-159 ms of reductions over rows of 32)
+            order, is_piece, first, end = _leaf_order(info, group, size, block)
             rows = np.asarray(rows[order + is_piece * n_grid], np.float64, order="F")
             figures = host_scan.host_figures(rows, first, end)
         else:  # leaves of many rows (short rows): reduced where they lie (the order's gather
@@ -274,15 +275,26 @@ def _host_segments(info: dict, group, size: int):
 
 
 def _leaf_rows(info: dict, group, size: int, block: int):
-    """`leaf_rows` of one dtype group and its `leaf_order`, computed once per layout, buffer
-    size and row length (10-30 ms at 100k leaves: more than an accelerator's kernel)."""
+    """`leaf_rows` of one dtype group, computed once per layout, buffer size and row length
+    (10-30 ms at 100k leaves: more than an accelerator's kernel)."""
     cache = info.setdefault("rows", {})
     key = (group, size, block)
     found = cache.get(key)
     if found is None:
         _, offsets, sizes = info["groups"][group]
-        rows = leaf_rows(offsets, sizes, size, block)
-        found = cache[key] = rows, leaf_order(rows[0], rows[1], rows[5])
+        found = cache[key] = leaf_rows(offsets, sizes, size, block)
+    return found
+
+
+def _leaf_order(info: dict, group, size: int, block: int):
+    """`leaf_order` of `_leaf_rows`, computed once per layout, buffer size and row length, and
+    only where it is used (layouts of mostly one-row leaves)."""
+    cache = info.setdefault("order", {})
+    key = (group, size, block)
+    found = cache.get(key)
+    if found is None:
+        start, stop, _, _, _, pieces = _leaf_rows(info, group, size, block)
+        found = cache[key] = leaf_order(start, stop, pieces)
     return found
 
 
