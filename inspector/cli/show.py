@@ -142,7 +142,8 @@ def _text(out: Output, index, entry, depth: int) -> str:
         parts, _ = index.label_parts(entry)
         problems = "".join(" · " + out.paint(f"problem: {p}", "red") for p in group.problems)
         return (f"{pad}{out.paint(group.path, 'bold')} {out.paint(parts[1], 'cyan')} · "
-                f"{out.paint(f'{group.scheme}: {parts[2]}', 'magenta')} · {parts[3]}{problems}")
+                f"{out.paint(f'{group.scheme}: {parts[2]}', 'magenta')} · "
+                f"{human_count(math.prod(group.shape))} params · {parts[3]}{problems}")
     name = out.paint(row.path or "(root)", "bold")
     what = out.paint(node_text(row), "cyan")
     if row.kind == "leaf":
