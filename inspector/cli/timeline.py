@@ -54,7 +54,8 @@ def run(args) -> int:
             out.record("nonfinite", path=path, first_label=label)
         out.record("summary", steps=len(t.labels), labels=t.labels, leaves=len(t.paths),
                    frozen=len(frozen), nonfinite_leaves=len(first),
-                   structure_changes=len(t.changes), seconds=round(t.seconds, 3))
+                   structure_changes=len(t.changes), seconds=round(t.seconds, 3),
+                   left_out=[str(p) for p in t.left_out])
     else:
         _text(out, t, steps, frozen, first)
     return FINDING if first else CLEAN
@@ -112,6 +113,9 @@ def _text(out: Output, t, steps, frozen, first) -> None:
                  + (", ..." if len(frozen) > 20 else ""))
     for path, label in first.items():
         out.line(out.paint(f"first NaN/Inf: {path} at step {label}", "red"))
+    if t.left_out:
+        out.line("left out (not named like the run's checkpoints): "
+                 + ", ".join(p.name for p in t.left_out))
     tail = f"{plural(len(first), 'leaf', 'leaves')} with NaN/Inf" if first else "no NaN or Inf"
     out.line(f"{plural(len(t.labels), 'step')}, {plural(len(t.paths), 'leaf', 'leaves')} read "
              f"in {t.seconds:.2f} s: {len(frozen):,} frozen, "

@@ -183,4 +183,8 @@ def _notes(t) -> str:
         f"<li>step {html.escape(str(c.label))}: <code>{html.escape(c.path)}</code> "
         f"{html.escape(c.kind)} ({html.escape(str(c.before))} → {html.escape(str(c.after))})"
         "</li>" for c in changes[:200]) + "</ul>" if changes else "<p>none</p>")
+    if t.left_out:
+        out.append("<p class='left-out'>Left out of the folder (not named like the run's "
+                   "checkpoints): " + ", ".join(f"<code>{html.escape(p.name)}</code>"
+                                                for p in t.left_out) + "</p>")
     return "".join(out)

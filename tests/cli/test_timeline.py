@@ -48,3 +48,19 @@ def test_clean_timeline_exits_0_and_refusals_exit_2(cli, run_dir):
     done = cli("timeline", "ckpt_100.safetensors", "nope.safetensors", cwd=folder)
     assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
     assert "nope.safetensors" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_stray_numbered_file_is_left_out_and_named(cli, run_dir, tmp_path):
+    import shutil
+
+    folder, _ = run_dir
+    mixed = tmp_path / "mixed"
+    shutil.copytree(folder, mixed)
+    shutil.copy(mixed / "ckpt_100.safetensors", mixed / "fp8.safetensors")
+    done = cli("timeline", ".", cwd=mixed)
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:4]] == ["100", "200", "300"]
+    assert "left out (not named like the run's checkpoints): fp8.safetensors" in lines
+    summary = cli("timeline", ".", "--json", cwd=mixed).records()[-1]
+    assert summary["labels"] == [100, 200, 300]
+    assert summary["left_out"] == ["fp8.safetensors"]  # as found under the folder given

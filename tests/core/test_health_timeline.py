@@ -116,6 +116,39 @@ def test_numbered_safetensors_folder_read_once(tmp_path, monkeypatch):
     assert [(c.label, c.path) for c in t.structure_changes()] == [(4000, ADDED)]
 
 
+def test_a_folder_takes_the_run_s_naming_series_and_says_what_it_left_out(tmp_path):
+    """A stray numbered file (`fp8.safetensors` beside `ckpt_#.safetensors`) is not a step;
+    Lightning's `epoch=#-step=#.ckpt` names are one series whatever the epoch."""
+    from inspector.core.health.sources import checkpoint_series
+
+    run = planted_run()[:3]
+    for step, tree in zip((1000, 2000, 3000), run, strict=True):
+        inspector.save(tree, tmp_path / f"ckpt_{step}.safetensors")
+    inspector.save(run[0], tmp_path / "fp8.safetensors")
+    inspector.save(run[0], tmp_path / "last.safetensors")  # no number: never a step
+    t = inspector.timeline(tmp_path)
+    assert t.labels == [1000, 2000, 3000]
+    assert [p.name for p in t.left_out] == ["fp8.safetensors"]
+    assert t.first_nonfinite() == {NAN_LEAF: 3000}
+
+    lightning = tmp_path / "lightning"
+    lightning.mkdir()
+    for name in ("epoch=0-step=50.ckpt", "epoch=1-step=100.ckpt", "epoch=10-step=1000.ckpt",
+                 "last.ckpt"):
+        (lightning / name).write_bytes(b"")
+    found, left_out = checkpoint_series(lightning)
+    assert [(s, p.name) for s, p in found] == [
+        (50, "epoch=0-step=50.ckpt"), (100, "epoch=1-step=100.ckpt"),
+        (1000, "epoch=10-step=1000.ckpt")] and left_out == []
+
+    tie = tmp_path / "tie"  # two series of one entry each: no run to prefer, both taken
+    tie.mkdir()
+    for name in ("a_1.npz", "b_2.npz"):
+        (tie / name).write_bytes(b"")
+    assert [(s, p.name) for s, p in checkpoint_series(tie)[0]] == [(1, "a_1.npz"),
+                                                                   (2, "b_2.npz")]
+
+
 def test_orbax_checkpoint_manager_folder(tmp_path):
     ocp = pytest.importorskip("orbax.checkpoint")
     run = planted_run()[:4]

@@ -31,7 +31,7 @@ from inspector.core.errors import InspectorError
 from inspector.core.health import step_kernel as sk
 from inspector.core.health.host_batches import Batches, mapped
 from inspector.core.health.kernels import work_dtype
-from inspector.core.health.sources import checkpoint_folder, step_number
+from inspector.core.health.sources import checkpoint_series, step_number
 from inspector.core.leaves import leaf_info
 from inspector.core.packed import unpacked
 
@@ -78,6 +78,9 @@ class Timeline:
             existed the step before with the same shape and dtype).
         changes: the structural changes between neighbouring steps.
         seconds: wall time.
+        left_out: the folder's numbered entries not taken as steps: another naming series
+            than the run's (`fp8.safetensors` beside `ckpt_#.safetensors`, `sources.
+            checkpoint_series`).
     """
 
     labels: list
@@ -86,6 +89,7 @@ class Timeline:
     sums: dict[str, np.ndarray]
     changes: list[StructureChange] = field(default_factory=list)
     seconds: float = 0.0
+    left_out: list[Path] = field(default_factory=list)
 
     def frozen(self) -> list[str]:
         """The leaves bitwise equal at every step (present at all of them with one shape and
@@ -181,10 +185,12 @@ def _aggregate(metric: str, s: dict) -> np.ndarray:
 
 
 def _resolve(sources, labels):
-    """`(labels, items)`: each item a tree or a checkpoint path, in step order."""
+    """`(labels, items, left_out)`: each item a tree or a checkpoint path, in step order;
+    the folder's entries left out."""
+    left_out: list[Path] = []
     if isinstance(sources, str | os.PathLike) and Path(sources).is_dir() \
             and not (Path(sources) / "_METADATA").exists():
-        found = checkpoint_folder(sources)
+        found, left_out = checkpoint_series(sources)
         items = [p for _, p in found]
         default = [s for s, _ in found]
     else:
@@ -198,7 +204,7 @@ def _resolve(sources, labels):
     if len(labels) != len(items):
         raise ValueError(f"timeline: {len(items)} checkpoints but {len(labels)} labels; give "
                          "one label per checkpoint.")
-    return labels, items
+    return labels, items, left_out
 
 
 def _open(item, load):
@@ -237,7 +243,7 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     """
     begin = time.perf_counter()
     device = resolve_device(device)
-    labels, items = _resolve(sources, labels)
+    labels, items, left_out = _resolve(sources, labels)
     trees = [_open(item, load) for item in items]
     # the structural diffs (pure Python) run beside the reductions, in the waits for them
     changes = _DIFFS.submit(_changes, trees, labels)
@@ -273,7 +279,7 @@ def timeline(sources, labels: Sequence | None = None, device=None,
     if state[2] is not None:
         _resolve_pending(sums, *state[2])
     return Timeline(labels, paths, [order[p] for p in paths], sums, changes.result(),
-                    time.perf_counter() - begin)
+                    time.perf_counter() - begin, left_out)
 
 
 def _path(sums, i, path, flats, batches, device, on_host, state, progress):
