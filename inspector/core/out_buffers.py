@@ -71,13 +71,22 @@ def output_buffer(shape: tuple[int, ...], dtype, where) -> jax.Array:
     """Returns a buffer for an output of `shape` and `dtype` on `where` (a device or a
     sharding) to donate to a kernel: a matching one given to `donating`, else zeros."""
     shape, dtype = tuple(shape), np.dtype(dtype)
-    pool = (getattr(_POOL, "buffers", None) or {}).get((shape, dtype), [])
-    for i, buffer in enumerate(pool):
-        if _placed(buffer, where) and not buffer.is_deleted():
-            return pool.pop(i)
+    buffer = pooled(shape, dtype, where)
+    if buffer is not None:
+        return buffer
     if isinstance(where, jax.Device) and math.prod(shape) * dtype.itemsize < FILL_BYTES:
         return jax.device_put(np.zeros(shape, dtype), where)  # a copy: never NumPy's memory
     return _zeros(shape, dtype, where)()
+
+
+def pooled(shape: tuple[int, ...], dtype, where) -> jax.Array | None:
+    """A buffer of `shape` and `dtype` on `where` given to `donating` (taken from it), or
+    None: no fill (a host call, which makes its own output, asks this)."""
+    pool = (getattr(_POOL, "buffers", None) or {}).get((tuple(shape), np.dtype(dtype)), [])
+    for i, buffer in enumerate(pool):
+        if _placed(buffer, where) and not buffer.is_deleted():
+            return pool.pop(i)
+    return None
 
 
 def _placed(buffer: jax.Array, where) -> bool:

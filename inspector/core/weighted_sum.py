@@ -13,13 +13,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import caches, placement, validate
+from inspector.core import caches, placement, validate, weighted_sum_host
 from inspector.core.chunked_stream import Elementwise
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
 from inspector.core.leaves import dtype_name
 from inspector.core.op import Op, register
-from inspector.core.out_buffers import DONATE_BYTES, output_buffer, warm_fill, worth_donating
+from inspector.core.out_buffers import (
+    DONATE_BYTES,
+    output_buffer,
+    pooled,
+    warm_fill,
+    worth_donating,
+)
 from inspector.core.output_slots import OutputSlot
 from inspector.core.packed import Layout, same_layout
 from inspector.core.plan import Call, Plan
@@ -213,9 +219,17 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
         buffers = [t.buffers[group] for t in trees]
         sharding = placement.first(buffers)
         shape = tuple(buffers[0].shape)  # layout.lead + (size,)
-        buffer = output_buffer(shape, out, device if sharding is None else sharding)
-        call = _packed_call(k, shape, dtype, acc, out,
-                            [buffer, _weight_array(weights, integral, dtype), *buffers])
+        w = _weight_array(weights, integral, dtype)
+        if sharding is None and weighted_sum_host.usable(dtype, acc, out, shape, device):
+            # float32 on the CPU: the streaming-store loop, into its own memory or the last
+            # result's (no zero fill)
+            buffer = pooled(shape, out, device)
+            call = weighted_sum_host.host_call(k, shape, device, [
+                weighted_sum_host.placeholder(device) if buffer is None else buffer, w,
+                *buffers])
+        else:
+            buffer = output_buffer(shape, out, device if sharding is None else sharding)
+            call = _packed_call(k, shape, dtype, acc, out, [buffer, w, *buffers])
         if sharding is not None:  # buffers laid out over a mesh: so is the result
             call.shardings = (sharding, placement.replicated(sharding.mesh),
                               *placement.like(sharding, buffers))
@@ -259,6 +273,9 @@ def precompile_packed(layout: Layout, k: int, device=None, integral: bool = Fals
         dtype = np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(group)))
         acc, out, weight = _dtypes(dtype, integral)
         shape = (*layout.lead, size)
+        if weighted_sum_host.usable(dtype, acc, out, shape, device):
+            weighted_sum_host.warm(k)  # nothing of XLA's: the loop, loaded or compiled
+            continue
         warm_fill(shape, out, device)  # the output's buffer, when no earlier one is given
         calls.append(_packed_call(k, shape, dtype, acc, out, [
             jax.ShapeDtypeStruct(shape, out), np.zeros(k, weight),

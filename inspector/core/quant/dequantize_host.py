@@ -7,11 +7,7 @@ into an output it chose. So on the CPU the flat dequantize's call (`dequantize_p
 flat_call`) is a host call (`Call.host`): a Python function run as it is, not lowered by XLA.
 
 Its output is NumPy memory of its own (`dequant_loops.empty_out`: 64-byte aligned), handed to
-JAX without a copy (`jax.device_put(..., may_alias=True)` on the CPU). The call honours
-donation as an XLA kernel does: the buffer it is given (`args[0]`) is deleted, and when that
-buffer is one of its own outputs (the last execution's, carried: `Call.carry`) the new
-values go into the same memory, so timed repeats fault no fresh pages and the old result
-cannot be read with the new values in it.
+JAX without a copy and found again when it comes back donated (`host_outputs.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ import weakref
 import jax
 import numpy as np
 
+from inspector.core import host_outputs
 from inspector.core.calls import Call
 from inspector.core.quant.flat_runs import FlatRuns
 
@@ -29,9 +26,6 @@ CODE_KINDS = {"float8_e4m3fn": "e4m3fn", "float8_e5m2": "e5m2"}
 """The float8 dtypes the loop decodes (others take the XLA kernel)."""
 OUT_BITS = {"bfloat16": np.uint16, "float16": np.uint16, "float32": np.float32}
 
-_OWN: dict[int, tuple[weakref.ref, np.ndarray]] = {}
-"""`id` of each output this module made (while it lives) -> (a weak reference to it, the NumPy
-memory under it). JAX arrays are not hashable, so not weak keys."""
 _SERIAL = itertools.count()
 _RUNS_KEY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # FlatRuns -> its number
 
@@ -64,17 +58,12 @@ def _kernel(runs: FlatRuns, code_kind: str, dtype: str, device):
     n = runs.size
 
     def kernel(out, codes, scales):
-        ref, memory = _OWN.get(id(out), (None, None))
-        if ref is None or ref() is not out or memory.size != n:
+        memory = host_outputs.take_memory(out, n)
+        if memory is None:
             memory = dequant_loops.empty_out(n, dtype)
-        out.delete()  # donated: as after an XLA kernel, the old result is gone
         dequant_loops.fp8_runs(np.asarray(codes).reshape(-1).view(np.uint8), runs.starts,
                                runs.scale_index, np.asarray(scales).reshape(-1),
                                memory.view(bits), dtype, code_kind)
-        result = jax.device_put(memory.view(np.dtype(jax.numpy.dtype(dtype))), device,
-                                may_alias=True)
-        _OWN[id(result)] = (weakref.ref(result), memory)
-        weakref.finalize(result, _OWN.pop, id(result), None)
-        return result
+        return host_outputs.hand_out(memory, jax.numpy.dtype(dtype), device)
 
     return kernel

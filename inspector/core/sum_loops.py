@@ -1,0 +1,104 @@
+"""The CPU's weighted sum of packed float32 buffers: a numba loop writing with streaming
+stores (`weighted_sum_host.py` runs it; docs/performance.md, "The weighted sum on the CPU").
+
+XLA's CPU kernel stores the ordinary way: each cache line of the output is read before it is
+written (write-allocate), so a sum of two 1.22 GB buffers moves 4.9 GB for the 3.7 GB it
+counts. Here each block of `BLOCK` results is computed into a scratch array that stays in L1
+and streamed out by `cpu_loops.stream_copy` (non-temporal stores, no read of the line). The
+work is split into jobs on two threads (the loop releases the GIL).
+
+The values are XLA's, bit for bit: the same expression, `((w0 x0 + w1 x1) + w2 x2) + ...` in
+float32, with LLVM allowed to contract a multiply into the add that follows it (`contract`),
+as XLA's CPU backend does (`fma(w0, x0, w1 x1)` for two trees; `tests/core/
+test_weighted_sum_host.py` compares both for 1 to 5 trees).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from inspector.core.cpu_loops import loop, store_fence, stream_copy
+
+BLOCK = 2048
+"""Results computed into the L1 scratch before they are streamed out (8 KiB of float32)."""
+JOB = 1 << 20
+"""Least elements a thread's job: smaller sums run in the calling thread."""
+LINE = 64
+THREADS = max(1, min(2, os.cpu_count() or 1))
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _job(xs, w, out, lo, hi):
+    """Writes `out[lo:hi]` = the weighted sum of `xs` (a tuple of 1-D float32 arrays)."""
+    k = len(xs)
+    scratch = np.empty(BLOCK, np.float32)
+    x0 = xs[0]
+    w0 = w[0]
+    i = lo
+    while i < hi:
+        end = min(i + BLOCK, hi)
+        m = end - i
+        a = x0[i:end]
+        if k == 1:
+            for j in range(m):
+                scratch[j] = w0 * a[j]
+        else:
+            b = xs[1][i:end]
+            w1 = w[1]
+            for j in range(m):
+                scratch[j] = w0 * a[j] + w1 * b[j]
+            for t in range(2, k):
+                c = xs[t][i:end]
+                wt = w[t]
+                for j in range(m):
+                    scratch[j] = scratch[j] + wt * c[j]
+        stream_copy(out, i, scratch, m)
+        i = end
+    store_fence()
+
+
+_JOB = loop(_job, fastmath={"contract"})
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(THREADS, thread_name_prefix="inspector-sum"))
+    return _POOL[0]
+
+
+def weighted_sum_into(xs: list[np.ndarray], w: np.ndarray, out: np.ndarray,
+                      threads: int | None = None) -> None:
+    """`out[:] = sum_t w[t] * xs[t]` in float32 (1-D contiguous float32 arrays of one size;
+    `w`: float32, one weight per array). Fastest into an `empty_out` (64-byte aligned)."""
+    n = out.size
+    if not xs or len(w) != len(xs):
+        raise ValueError(f"{len(xs)} arrays and {len(w)} weights: give one weight per array")
+    for x in (*xs, out):
+        if x.dtype != np.float32 or x.ndim != 1 or not x.flags.c_contiguous or x.size != n:
+            raise ValueError(f"expected 1-D contiguous float32 arrays of {n} elements, got "
+                             f"{x.dtype} {x.shape}")
+    if n == 0:
+        return
+    xs, w = tuple(xs), np.ascontiguousarray(w, np.float32)
+    threads = THREADS if threads is None else max(1, threads)
+    count = min(4 * threads, n // JOB) if threads > 1 else 1
+    step = LINE // 4
+    bounds = np.linspace(0, n, max(count, 1) + 1).astype(np.int64) // step * step
+    bounds[0], bounds[-1] = 0, n
+    jobs = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    if len(jobs) == 1:
+        _JOB(xs, w, out, *jobs[0])
+        return
+    for f in [_pool().submit(_JOB, xs, w, out, a, b) for a, b in jobs]:
+        f.result()
+
+
+def empty_out(n: int) -> np.ndarray:
+    """An uninitialised float32 array of `n` elements whose first one lies on a 64-byte
+    boundary (NumPy's own large arrays start 16 bytes past a page): whole lines streamed."""
+    raw = np.empty(n + LINE // 4, np.float32)
+    skip = (-raw.__array_interface__["data"][0] % LINE) // 4
+    return raw[skip:skip + n]
