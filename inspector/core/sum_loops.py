@@ -45,16 +45,26 @@ def _job(xs, w, out, lo, hi):
         if k == 1:
             for j in range(m):
                 scratch[j] = w0 * a[j]
-        else:
+        elif k == 2:
             b = xs[1][i:end]
             w1 = w[1]
             for j in range(m):
                 scratch[j] = w0 * a[j] + w1 * b[j]
-            for t in range(2, k):
-                c = xs[t][i:end]
+        elif k == 3:
+            b, c = xs[1][i:end], xs[2][i:end]
+            w1, w2 = w[1], w[2]
+            for j in range(m):
+                scratch[j] = (w0 * a[j] + w1 * b[j]) + w2 * c[j]
+        else:  # the first four in one pass, each further one added in L1
+            b, c, d = xs[1][i:end], xs[2][i:end], xs[3][i:end]
+            w1, w2, w3 = w[1], w[2], w[3]
+            for j in range(m):
+                scratch[j] = ((w0 * a[j] + w1 * b[j]) + w2 * c[j]) + w3 * d[j]
+            for t in range(4, k):
+                e = xs[t][i:end]
                 wt = w[t]
                 for j in range(m):
-                    scratch[j] = scratch[j] + wt * c[j]
+                    scratch[j] = scratch[j] + wt * e[j]
         stream_copy(out, i, scratch, m)
         i = end
     store_fence()
