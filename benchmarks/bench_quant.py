@@ -59,24 +59,26 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 import inspector  # noqa: E402
-from inspector.core.lazy import LazyArray  # noqa: E402
+from inspector.core.lazy import LazyArray, file_of  # noqa: E402
 
 PROJS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
 def fp8_structure(n_leaves: int) -> dict:
-    """Nested dicts of lazy leaves, as `inspector.load` gives a sharded FP8 checkpoint."""
+    """Nested dicts of lazy leaves, as `inspector.load` gives a sharded FP8 checkpoint: each
+    leaf's `_file` set to its file's one string, as the safetensors reader sets it."""
     never = lambda: None  # noqa: E731  (never read: the walk reads shapes and dtypes)
+    file = file_of("x:w")
     layers, n = {}, 0
     while n < n_leaves:
         layer = {}
         for proj in PROJS:
             part, name = proj.split(".")
-            layer.setdefault(part, {})[name] = {
-                "weight": LazyArray((256, 384), ml_dtypes.float8_e4m3fn, never, "x:w"),
-                "weight_scale_inv": LazyArray((2, 3), np.float32, never, "x:s"),
-            }
+            weight = LazyArray((256, 384), ml_dtypes.float8_e4m3fn, never, "x:w")
+            scale = LazyArray((2, 3), np.float32, never, "x:s")
+            weight._file = scale._file = file
+            layer.setdefault(part, {})[name] = {"weight": weight, "weight_scale_inv": scale}
             n += 2
             if n >= n_leaves:
                 break
