@@ -161,8 +161,8 @@ class Plan:
             self.compile()
         total: dict[str, float] = {}
         for _, compiled in self._steps:
-            if not hasattr(compiled, "cost_analysis"):  # a host call (`Call.host`): no XLA
-                continue
+            if not hasattr(compiled, "cost_analysis"):  # a host call (`Call.host`) may give
+                continue  # its own figures as XLA's do (`weighted_sum_host.py`), or none
             try:
                 analysis = compiled.cost_analysis()
             except Exception:  # some backends give none; the figure is optional

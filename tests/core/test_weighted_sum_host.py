@@ -87,6 +87,8 @@ def test_a_packed_sum_takes_the_loop_for_its_large_float32_group(small_groups, m
     assert hosts == {"float32": True, "int32": False, "float16": False}
     result, _ = planned.execute()
     got = result.unpack()
+    n = 300 * 700 + 700  # the float32 group: "w" and "b"
+    assert planned.plan.cost()["bytes accessed"] >= 4 * 4 * n  # 3 read + 1 written, + XLA's
     monkeypatch.setattr(weighted_sum_host, "HOST_LOOP", False)  # XLA's kernel, same trees
     xla = inspector.weighted_sum(trees, w, device=CPU).unpack()
     for key in ("w", "b", "steps", "half"):

@@ -8,7 +8,7 @@ import gc
 import numpy as np
 import pytest
 
-from inspector.core import caches, working_set
+from inspector.core import caches, weighted_sum_host, working_set
 from inspector.ui.session import launcher_warm
 from inspector.ui.session.formatting import human_bytes
 from inspector.ui.session.job_runner import Cancelled
@@ -21,8 +21,12 @@ SHAPES = {"emb": (41, 23), "w": (23, 19), "b": (19,)}
 WEIGHTS = [0.25, 0.75]
 
 
-@pytest.fixture(autouse=True)
-def clean():
+@pytest.fixture(autouse=True, params=["xla", "host loop"])
+def clean(request, monkeypatch):
+    """Every test with XLA's kernel and with the CPU's loop (`weighted_sum_host.py`: there
+    for float32 groups of 16 MiB and more; here for every one)."""
+    monkeypatch.setattr(weighted_sum_host, "MIN_BYTES", 0 if request.param == "host loop"
+                        else weighted_sum_host.MIN_BYTES)
     gc.collect()
     yield
     launcher_warm.release()
