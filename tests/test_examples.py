@@ -69,14 +69,14 @@ def test_mlp_params_and_grads_share_a_structure():
 
 
 def test_transformer_checkpoint_is_large_and_quick_to_build():
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: the machine's other jobs do not count
     tree = examples.transformer_checkpoint()
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     leaves = jax.tree.leaves(tree)
     assert len(leaves) == 20_004
     assert {x.dtype for x in leaves} == {np.dtype(np.float32)}
     assert len(tree["layers"]) == 1250
-    assert seconds < 1.0  # measured about 0.05 s
+    assert seconds < 1.0  # measured about 0.05 s (a lazy tree: nothing is generated yet)
     assert examples.transformer_checkpoint(seed=1)["layers"]["layer_0000"]["attn"]["key"][
         "kernel"].shape == (8, 8)
 
