@@ -76,7 +76,7 @@ def test_transformer_checkpoint_is_large_and_quick_to_build():
     assert len(leaves) == 20_004
     assert {x.dtype for x in leaves} == {np.dtype(np.float32)}
     assert len(tree["layers"]) == 1250
-    assert seconds < 1.0  # measured about 0.05 s (a lazy tree: nothing is generated yet)
+    assert seconds < 1.0  # measured about 0.05 s (leaves are views into one buffer)
     assert examples.transformer_checkpoint(seed=1)["layers"]["layer_0000"]["attn"]["key"][
         "kernel"].shape == (8, 8)
 
