@@ -160,8 +160,10 @@ class Worker:
         async def announce():
             # Alone (the session stays busy: a queued task waits): the message is written
             # once this callback returns, then `finish` follows after the gap.
+            mark("announce started (document lock)", self._session)
             with self._session.updates_together():
                 self._announce(task, out, exc)
+                mark("status set", self._session)
             mark("announced: status sent", self._session)
             param.parameterized.async_executor(gap)
 
