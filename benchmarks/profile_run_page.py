@@ -5,8 +5,9 @@ chromium (DevTools protocol) from the Run click to the status painted.
 
 The launcher opens the two checkpoints of `bench_app.py` (written into `--dir` if missing);
 a first session runs the weighted sum (the launcher's trees then stay resident), then each of
-`--sessions` later sessions is profiled around its first run. Prints, per session, the click ->
-status time (as `bench_app.py` measures it), the functions with the most self time, and the
+`--sessions` later sessions is profiled around its first run, from the click to its result
+views painted. Prints, per session, the click -> status and click -> views times (as
+`bench_app.py` measures them), the functions with the most self time, and the
 callers of the browser's forced layouts (`offsetParent`, `getPropertyValue`). `(program)` is
 the browser's native work (style, layout, paint) that the profiler does not attribute.
 """
@@ -97,11 +98,13 @@ def main() -> None:
             button = page.get_by_role("button", name="Run the current operation.")
             button.evaluate("b => b.addEventListener('click', () => { "
                             "window.__clicked = Date.now(); }, {capture: true, once: true})")
+            bench_app.watch_run(page, before)
             button.click()
-            seen = bench_app.wait_status_change(page, before)
+            seen, views = bench_app.ran_painted(page)
             profile = cdp.send("Profiler.stop")["profile"]
             clicked = page.evaluate("window.__clicked") / 1e3
-            print(f"session {i + 2}: click -> status painted {seen - clicked:.3f} s")
+            print(f"session {i + 2}: click -> status painted {seen - clicked:.3f} s, -> result "
+                  f"views painted (the history's new row) {views - clicked:.3f} s")
             summary(profile)
             context.close()
         browser.close()
