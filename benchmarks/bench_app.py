@@ -25,7 +25,10 @@ b.safetensors --no-show`), and drives headless chromium:
 A run is timed in the page: from its click event (Playwright's actionability checks before
 the click are not the app's) to the status region painted with the new run (a
 MutationObserver on the region, resolved two animation frames after the text changed); weight
-changes from typing the weight. `--poll` times as this benchmark did before 2026-11-26: from
+changes from typing the weight. A later session's first run is also timed to its result views
+painted (the run history's new row: it comes in a run's last message, after the status), and
+with `--marks` from the result back on the server's event loop to each.
+`--poll` times as this benchmark did before 2026-11-26: from
 Playwright's `click()` call, the status read from Python every 10 ms (each read searches the
 page's shadow roots: that work took a share of the two cores the server computes on).
 

@@ -31,8 +31,8 @@ class HistoryView(pn.viewable.Viewer):
         self.table = pn.pane.HTML(_table_html([]), sizing_mode="stretch_width",
                                   stylesheets=[_TABLE_CSS], margin=(5, 10))
         self._source = ColumnDataSource(data=_chart_data([]))
-        # Laid out from the start, empty: shown only at the first run, the figure re-laid the
-        # page out in the browser (0.1-0.2 s of a session's first result). Its ranges are set
+        # Laid out from the start, empty: shown only at the first run, the figure had the
+        # browser lay the page out again then (docs/app-first-run.md). Its ranges are set
         # from the data here (`chart_ranges`), not by Bokeh: a log axis over no data warns.
         x, y = chart_ranges([])
         fig = figure(height=190, sizing_mode="stretch_width", y_axis_type="log",

@@ -54,8 +54,9 @@ class Task:
 ANNOUNCE_GAP = 0.05
 """Seconds between a task's announcement and its `done` (served): the browser handles the
 announcement and paints it (a frame is 17 ms) before the message of `done`'s views reaches it.
-Sent together, or on the next tick, the status waited for the layout of the views (a
-session's first result: 0.2-0.3 s here, `docs/app-first-run.md`)."""
+Sent together, or on the next tick, the status often waited for the layout of the views (a
+later session's first result: 0.19-0.36 s from the result to the status painted, 25-62 ms
+with the gap; `docs/app-first-run.md`)."""
 
 
 class Worker:
