@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import bench_app  # noqa: E402
+import page_timing  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from tests.serving import CHROMIUM, CHROMIUM_ARGS, launched_app  # noqa: E402
@@ -90,7 +91,7 @@ def main() -> None:
             for name in names:
                 page.get_by_role("textbox", name=re.compile(re.escape(name))).wait_for()
             time.sleep(1)  # the page settled: only the run is profiled
-            before = bench_app.status_text(page)
+            before = page_timing.status_text(page)
             cdp = context.new_cdp_session(page)
             cdp.send("Profiler.enable")
             cdp.send("Profiler.setSamplingInterval", {"interval": 200})
@@ -98,9 +99,9 @@ def main() -> None:
             button = page.get_by_role("button", name="Run the current operation.")
             button.evaluate("b => b.addEventListener('click', () => { "
                             "window.__clicked = Date.now(); }, {capture: true, once: true})")
-            bench_app.watch_run(page, before)
+            page_timing.watch_run(page, before)
             button.click()
-            seen, views = bench_app.ran_painted(page)
+            seen, views = page_timing.ran_painted(page)
             profile = cdp.send("Profiler.stop")["profile"]
             clicked = page.evaluate("window.__clicked") / 1e3
             print(f"session {i + 2}: click -> status painted {seen - clicked:.3f} s, -> result "
