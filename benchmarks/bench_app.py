@@ -25,7 +25,10 @@ b.safetensors --no-show`), and drives headless chromium:
 A run is timed in the page: from its click event (Playwright's actionability checks before
 the click are not the app's) to the status region painted with the new run (a
 MutationObserver on the region, resolved two animation frames after the text changed); weight
-changes from typing the weight. `--poll` times as this benchmark did before 2026-11-26: from
+changes from typing the weight. A later session's first run is also timed to its result views
+painted (the run history's new row: it comes in a run's last message, after the status), and
+with `--marks` from the result back on the server's event loop to each.
+`--poll` times as this benchmark did before 2026-11-26: from
 Playwright's `click()` call, the status read from Python every 10 ms (each read searches the
 page's shadow roots: that work took a share of the two cores the server computes on).
 
@@ -54,6 +57,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
+
+from page_timing import (  # noqa: E402
+    POLL,
+    breakdown,
+    mark_time,
+    print_breakdown,
+    ran_painted,
+    status_text,
+    wait_status_change,
+    watch_run,
+)
 
 import inspector  # noqa: E402
 from inspector.ui.session.state import REPEAT_DELAY  # noqa: E402
@@ -155,58 +169,6 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-STATUS = '[role="status"].run-status'
-
-
-def status_text(page) -> str:
-    return page.locator(STATUS).inner_text()
-
-
-WATCH = """(el, [before, ms]) => new Promise((resolve, reject) => {
-  // The status region's text, watched where it lives (its shadow root) by a MutationObserver:
-  // resolves with [Date.now(), text] two animation frames after it announced a new finished
-  // run (the frame that drew it has been painted). Nothing polls the page meanwhile.
-  const root = el.getRootNode();
-  const find = () => (el.isConnected ? el : root.querySelector('[role="status"].run-status'));
-  let finished = false;
-  const check = () => {
-    const now = find();
-    if (finished || !now) return;
-    const text = now.innerText;
-    if (text !== before && /weighted_sum .* ms/.test(text)) {
-      finished = true;
-      observer.disconnect();
-      requestAnimationFrame(() => requestAnimationFrame(() => resolve([Date.now(), text])));
-    }
-  };
-  const observer = new MutationObserver(check);
-  observer.observe(root, {subtree: true, childList: true, characterData: true});
-  setTimeout(() => { if (!finished) { observer.disconnect(); reject(new Error("timeout")); } },
-             ms);
-  check();
-})"""
-
-POLL = {"on": False}
-"""`--poll`: wait by reading the status every 10 ms from Python, as this benchmark did until
-2026-11-26 (each read is a Playwright round trip that searches the page's shadow roots: the
-browser's and driver's work competes with the server for this machine's two cores)."""
-
-
-def wait_status_change(page, before: str, timeout: float = 600) -> float:
-    """Waits until the run-status live region announces a new finished run; returns when
-    (Unix seconds: painted, or read by `--poll`)."""
-    if not POLL["on"]:
-        seen_ms, _ = page.locator(STATUS).evaluate(WATCH, [before, int(timeout * 1000)])
-        return seen_ms / 1e3
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        text = status_text(page)
-        if text != before and re.search(r"weighted_sum .* ms", text):
-            return time.time()
-        time.sleep(0.01)
-    raise TimeoutError(f"the status stayed {before!r}")
-
-
 def run_session(browser, url: str, names: list[str], changes: int = 0,
                 rss: RssSampler | None = None, marks: Path | None = None,
                 shot: Path | None = None) -> dict:
@@ -230,18 +192,27 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
     # when the page itself saw the click (after Playwright's actionability checks)
     button.evaluate("b => b.addEventListener('click', () => { "
                     "window.__inspectorClicked = Date.now(); }, {capture: true, once: true})")
+    if not POLL["on"]:
+        watch_run(page, before)
     clicked = time.time()
     button.click()
-    seen = wait_status_change(page, before)
+    views = None
+    if POLL["on"]:
+        seen = wait_status_change(page, before)
+    else:
+        seen, views = ran_painted(page)
     in_page = page.evaluate("window.__inspectorClicked || 0") / 1e3
     # Run pressed (the page's click) -> the status painted; `--poll`: from Playwright's click
     # call to the status read
     start = in_page if in_page and not POLL["on"] else clicked
-    out = {"first": seen - start, "changes": [],
-           "first_peak": rss.peak() if rss is not None else 0}
+    out = {"first": seen - start, "changes": [], "views": None if views is None else
+           views - start, "first_peak": rss.peak() if rss is not None else 0}
     if shot is not None:  # the page as the first run left it (after the timing)
         page.screenshot(path=str(shot))
     if marks is not None:
+        returned = mark_time(marks, mark_from, "work returned (event loop)")
+        if returned and views is not None:  # the page's part once the result exists
+            out["after_work"] = (seen - returned, views - returned)
         out["breakdown"] = breakdown(marks, mark_from, clicked, seen,
                                      [(in_page, "click event in the page (Playwright's "
                                                 "actionability checks before it)")])
@@ -260,33 +231,6 @@ def run_session(browser, url: str, names: list[str], changes: int = 0,
         out["busy" if busy else "changes"].append(wait_status_change(page, before) - start)
     context.close()
     return out
-
-
-def breakdown(marks: Path, offset: int, clicked: float, seen: float,
-              extra: list[tuple[float, str]] = ()) -> list[tuple[str, float]]:
-    """The server's run marks (`INSPECTOR_RUN_MARKS`) written after `offset`, and `extra`
-    (unix time, step) marks, between the browser's click and the status seen, as (step,
-    seconds since the step before)."""
-    with open(marks) as f:
-        f.seek(offset)
-        lines = [line.rstrip("\n").split("\t") for line in f if line.strip()]
-    timed = sorted([(float(t), label) for t, _, label in lines] + [
-        (t, label) for t, label in extra if t > 0])
-    steps, last = [], clicked
-    for t, label in timed:
-        if t > seen:
-            break
-        steps.append((label, t - last))
-        last = t
-    steps.append(("status painted in the page" if not POLL["on"] else
-                  "status seen by the browser (polled every 10 ms)", seen - last))
-    return steps
-
-
-def print_breakdown(title: str, steps: list[tuple[str, float]]) -> None:
-    print(f"\n{title}: step (seconds since the step before; first after the browser's click)")
-    for label, seconds in steps:
-        print(f"  {seconds * 1e3:8.1f} ms  {label}")
 
 
 def wait_settled(rss: RssSampler, seconds: float) -> tuple[int, float]:
@@ -409,6 +353,18 @@ def main() -> None:
         print(f"| a later session's first run (after the first closed), median of "
               f"{len(later)} | {m:.2f} s ({min(later):.2f}-{max(later):.2f}) "
               f"| <= 0.5 s {'ok' if m <= 0.5 else 'MISSED'} |")
+        views = [r["views"] for r in later_runs if r["views"] is not None]
+        if views:
+            v = statistics.median(views)
+            print(f"| - its result views painted (the history's new row), median | {v:.2f} s "
+                  f"({min(views):.2f}-{max(views):.2f}); each: "
+                  + ", ".join(f"{r['first']:.3f}/{r['views']:.3f}" for r in later_runs)
+                  + " s (status/views) | |")
+        tails = [r["after_work"] for r in later_runs if "after_work" in r]
+        if tails:
+            print("| - from the result back on the event loop to the status / the views "
+                  "painted | " + ", ".join(f"{a * 1e3:.0f}/{b * 1e3:.0f}" for a, b in tails)
+                  + " ms | |")
         print(f"| weight change -> status updated, median (min-max), all {len(times + busy)} "
               f"| {med:.2f} s ({min(times + busy):.2f}-{max(times + busy):.2f}); "
               f"{med / limit:.1f}x the limit | <= 1.0 s {'ok' if med <= 1.0 else 'MISSED'} |")

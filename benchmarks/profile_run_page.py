@@ -5,8 +5,9 @@ chromium (DevTools protocol) from the Run click to the status painted.
 
 The launcher opens the two checkpoints of `bench_app.py` (written into `--dir` if missing);
 a first session runs the weighted sum (the launcher's trees then stay resident), then each of
-`--sessions` later sessions is profiled around its first run. Prints, per session, the click ->
-status time (as `bench_app.py` measures it), the functions with the most self time, and the
+`--sessions` later sessions is profiled around its first run, from the click to its result
+views painted. Prints, per session, the click -> status and click -> views times (as
+`bench_app.py` measures them), the functions with the most self time, and the
 callers of the browser's forced layouts (`offsetParent`, `getPropertyValue`). `(program)` is
 the browser's native work (style, layout, paint) that the profiler does not attribute.
 """
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import bench_app  # noqa: E402
+import page_timing  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from tests.serving import CHROMIUM, CHROMIUM_ARGS, launched_app  # noqa: E402
@@ -89,7 +91,7 @@ def main() -> None:
             for name in names:
                 page.get_by_role("textbox", name=re.compile(re.escape(name))).wait_for()
             time.sleep(1)  # the page settled: only the run is profiled
-            before = bench_app.status_text(page)
+            before = page_timing.status_text(page)
             cdp = context.new_cdp_session(page)
             cdp.send("Profiler.enable")
             cdp.send("Profiler.setSamplingInterval", {"interval": 200})
@@ -97,11 +99,13 @@ def main() -> None:
             button = page.get_by_role("button", name="Run the current operation.")
             button.evaluate("b => b.addEventListener('click', () => { "
                             "window.__clicked = Date.now(); }, {capture: true, once: true})")
+            page_timing.watch_run(page, before)
             button.click()
-            seen = bench_app.wait_status_change(page, before)
+            seen, views = page_timing.ran_painted(page)
             profile = cdp.send("Profiler.stop")["profile"]
             clicked = page.evaluate("window.__clicked") / 1e3
-            print(f"session {i + 2}: click -> status painted {seen - clicked:.3f} s")
+            print(f"session {i + 2}: click -> status painted {seen - clicked:.3f} s, -> result "
+                  f"views painted (the history's new row) {views - clicked:.3f} s")
             summary(profile)
             context.close()
         browser.close()

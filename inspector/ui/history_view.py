@@ -6,7 +6,7 @@ import html
 
 import panel as pn
 import panel_material_ui as pmui
-from bokeh.models import BasicTicker, ColumnDataSource, HoverTool
+from bokeh.models import BasicTicker, ColumnDataSource, HoverTool, Label, Range1d
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
@@ -31,9 +31,14 @@ class HistoryView(pn.viewable.Viewer):
         self.table = pn.pane.HTML(_table_html([]), sizing_mode="stretch_width",
                                   stylesheets=[_TABLE_CSS], margin=(5, 10))
         self._source = ColumnDataSource(data=_chart_data([]))
+        # Laid out from the start, empty: shown only at the first run, the figure had the
+        # browser lay the page out again then (docs/app-first-run.md). Its ranges are set
+        # from the data here (`chart_ranges`), not by Bokeh: a log axis over no data warns.
+        x, y = chart_ranges([])
         fig = figure(height=190, sizing_mode="stretch_width", y_axis_type="log",
                      toolbar_location=None, tools="", x_axis_label="run",
-                     y_axis_label="median ms", min_border_left=50)
+                     y_axis_label="median ms", min_border_left=50,
+                     x_range=Range1d(*x), y_range=Range1d(*y))
         fig.segment(x0="run", x1="run", y0="min_ms", y1="max_ms", source=self._source,
                     line_color="color", line_width=2)
         fig.scatter(x="run", y="median_ms", source=self._source, size=9, color="color",
@@ -44,10 +49,12 @@ class HistoryView(pn.viewable.Viewer):
         fig.legend.location = "top_left"
         fig.legend.label_text_font_size = "11px"
         fig.xaxis.ticker = BasicTicker(min_interval=1, num_minor_ticks=0)
-        fig.x_range.range_padding = 0.2
         fig.grid.grid_line_alpha = 0.3
-        # Shown once there are runs: a log axis over no data warns in the browser. The figure
-        # itself is hidden: a hidden Bokeh pane still drew an empty 190 px plot.
+        # in the middle of the empty chart's ranges; hidden from the first run on
+        self._empty = Label(x=3, y=10, text="Each run's median time shows here.",
+                            text_font_size="12px",
+                            text_color="#888", text_align="center", text_baseline="middle")
+        fig.add_layout(self._empty)
         self._figure = fig
         self.chart = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
         state.param.watch(next_tick(self.refresh), "history")  # the chart's column data
@@ -61,7 +68,9 @@ class HistoryView(pn.viewable.Viewer):
         history = self._state.history
         self.table.object = _table_html([h.row() for h in reversed(history)])
         self._source.data = _chart_data(history)
-        self._figure.visible = bool(history)
+        (self._figure.x_range.start, self._figure.x_range.end), \
+            (self._figure.y_range.start, self._figure.y_range.end) = chart_ranges(history)
+        self._empty.visible = not history
 
 
 _TITLES = {"compile_ms": "compile ms", "median_ms": "median ms", "min_ms": "min ms",
@@ -107,3 +116,15 @@ def _chart_data(history: list) -> dict:
         "compiled": [h.compiled for h in history],
         "color": [_COLORS.get(h.op, "#666") for h in history],
     }
+
+
+def chart_ranges(history: list) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The chart's run and median-ms ranges: every run with a margin, the times' span with a
+    margin on the log axis; with no run, runs 1-5 over 0.1 ms to 1 s."""
+    if not history:
+        return (0.5, 5.5), (0.1, 1000.0)
+    data = _chart_data(history)
+    lo, hi = min(data["min_ms"]), max(data["max_ms"])
+    runs = data["run"]
+    pad = max(0.5, 0.1 * (runs[-1] - runs[0]))
+    return (runs[0] - pad, runs[-1] + pad), (lo / 2, hi * 2)

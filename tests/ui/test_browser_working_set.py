@@ -54,6 +54,8 @@ def test_two_checkpoints_preselected_a_typed_weight_updates_the_status(browser, 
         expect(status).not_to_have_text(first, timeout=120_000)
         expect(status).to_have_text(done)
         assert fields[0].input_value() == "0.25"
+        # the status goes out first, the result's views (this panel too) just after it
+        expect(page.locator(".working-set")).to_contain_text("b.safetensors: host (cpu:0)")
         held = page.locator(".working-set").inner_text()
         assert "a.safetensors: host (cpu:0)" in held and "b.safetensors: host (cpu:0)" in held
         # A run's view updates go out held as one message, column data just after it: a held
@@ -94,6 +96,7 @@ def test_sessions_share_the_checkpoints_and_the_launchers_stay_warm_after_they_c
     nbytes = sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(checkpoint(0)))
     size = f"{nbytes / 1024:.3g} KiB"
     try:
+        expect(page.locator(".working-set")).to_contain_text("shared with 1 other session")
         held = page.locator(".working-set").inner_text()
         assert (f"a.safetensors: host (cpu:0), {size}, shared with 1 other session, kept warm "
                 "by the launcher") in held
@@ -107,6 +110,7 @@ def test_sessions_share_the_checkpoints_and_the_launchers_stay_warm_after_they_c
     try:
         status = page.locator('[role="status"].run-status').inner_text()
         assert " · read " not in status, status
+        expect(page.locator(".working-set")).to_contain_text(f"a.safetensors: host (cpu:0), {size}")
         held = page.locator(".working-set").inner_text()
         assert f"a.safetensors: host (cpu:0), {size}" in held and "kept warm" in held
         assert f"held by all sessions: {2 * nbytes / 1024:.3g} KiB of" in held

@@ -197,13 +197,20 @@ def test_error_view_shows_the_whole_message(state):
 
 def test_history_table_and_chart_follow_the_runs(state):
     view = HistoryView(state)
-    assert not view._figure.visible  # no empty plot before the first run
+    # laid out from the start (its first point must not re-lay the page out), saying so
+    assert view._figure.visible and view._empty.visible
+    assert (view._figure.y_range.start, view._figure.y_range.end) == (0.1, 1000.0)
     state.param.trigger("run")
     state.ops["weighted_sum"].weights = [1, 1, 1]
     runs = re.findall(r"<tr><td>(\d+)</td><td class=\"text\">weighted_sum</td>", view.table.object)
     assert runs == ["2", "1"]  # newest first
     assert view._source.data["run"] == [1, 2]
-    assert view._figure.visible
+    assert view._figure.visible and not view._empty.visible
+    lo = min(h.min_ms for h in state.history)
+    hi = max(h.max_ms for h in state.history)
+    y, x = view._figure.y_range, view._figure.x_range
+    assert y.start == max(lo, 1e-6) / 2 and y.end == max(hi, 1e-6) * 2  # every point shows
+    assert x.start < 1 and x.end > 2
 
 
 def test_tree_list_selects(state):

@@ -56,6 +56,9 @@ def run_task(session) -> Task:
 
     work = led_run(session, job, work)  # followers run it too when its inputs span hosts
 
+    def announce(out):  # the status alone, first: the page paints it before the views
+        session.run_status = _finished(out[0], len(session.history) + 1)
+
     def done(out):
         mark("done started (event loop)", session)
         rr, eager_s, diff = out
@@ -81,7 +84,7 @@ def run_task(session) -> Task:
             session.worker.later(REPEAT_DELAY if session.background else 0, time_it)
         mark("done: views updated", session)
 
-    return Task(f"Running {job.op} on {device} …", work, done)
+    return Task(f"Running {job.op} on {device} …", work, done, announce=announce)
 
 
 def repeat_task(session, job, repeats, generation, first) -> Task:

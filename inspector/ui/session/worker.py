@@ -45,6 +45,18 @@ class Task:
     work: Callable
     done: Callable = lambda out: None
     failed: Callable[[str], None] | None = None
+    announce: Callable | None = None
+    """`announce(out)`, when given: what the page shows first (a run's status line), sent
+    alone; `done(out)` follows `ANNOUNCE_GAP` later, the busy state off with it. Not served,
+    one after the other at once."""
+
+
+ANNOUNCE_GAP = 0.05
+"""Seconds between a task's announcement and its `done` (served): the browser handles the
+announcement and paints it (a frame is 17 ms) before the message of `done`'s views reaches it.
+Sent together, or on the next tick, the status often waited for the layout of the views (a
+later session's first result: 0.19-0.36 s from the result to the status painted, 25-62 ms
+with the gap; `docs/app-first-run.md`)."""
 
 
 class Worker:
@@ -128,7 +140,9 @@ class Worker:
             if session.background:
                 param.parameterized.async_executor(lambda t=task: self._in_thread(t))
                 return
-            self._complete(task, *_call(task.work))
+            out, exc = _call(task.work)
+            self._announce(task, out, exc)
+            self._complete(task, out, exc)
         session.param.update(busy=False, status="", progress=None, running="")
 
     async def _in_thread(self, task: Task):
@@ -144,10 +158,33 @@ class Worker:
                 self._next()
             mark("finish: document changes sent", self._session)
 
+        async def announce():
+            # Alone (the session stays busy: a queued task waits): the message is written
+            # once this callback returns, then `finish` follows after the gap.
+            mark("announce started (document lock)", self._session)
+            with self._session.updates_together():
+                self._announce(task, out, exc)
+                mark("status set", self._session)
+            mark("announced: status sent", self._session)
+            param.parameterized.async_executor(gap)
+
+        async def gap():  # without the document lock: other callbacks of the page go on
+            await asyncio.sleep(ANNOUNCE_GAP)
+            param.parameterized.async_executor(finish)
+
         # Views update Bokeh models directly (chart sources), which needs the document lock:
         # `lock = True` is what `panel.io.with_lock` sets, and Panel's executor honours it.
-        finish.lock = True
-        param.parameterized.async_executor(finish)
+        finish.lock = announce.lock = True
+        announced = task.announce is not None and exc is None
+        param.parameterized.async_executor(announce if announced else finish)
+
+    def _announce(self, task: Task, out, exc) -> None:
+        if task.announce is None or exc is not None:
+            return
+        try:
+            task.announce(out)
+        except Exception as e:  # the views still follow (`done`)
+            self._fail(None, e)
 
     def _complete(self, task: Task, out, exc) -> None:
         try:
