@@ -6,7 +6,7 @@ earlier result to write into, needs a zero-filled buffer to donate: the app's fi
 two 1.22 GB checkpoints filled 1.22 GB (0.39-0.52 s on a quiet machine) before summing. The
 loop writes into memory of its own (`host_read.host_buffer`: faulted in by one call, about
 as long as that fill) or, donated, into the last result's (`host_outputs.py`), with the
-values of XLA's kernel bit for bit, 15-20% sooner than XLA's kernel there (it reads no
+values of XLA's kernel bit for bit, 10-20% sooner than XLA's kernel there (it reads no
 output line before writing it).
 """
 
