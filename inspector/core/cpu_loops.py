@@ -14,9 +14,12 @@ What keeps such a loop vectorised here (AVX2/AVX-512, checked with `inspect_asm`
 
 from __future__ import annotations
 
+import os
 import platform
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -157,3 +160,25 @@ def store_fence(typingctx):
             builder.call(fn, [])
         return context.get_dummy_value()
     return numba.types.void(), codegen
+
+
+THREADS = max(1, min(2, os.cpu_count() or 1))
+"""Threads the loops' jobs share: one per core, at most two (what helped here)."""
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def pool() -> ThreadPoolExecutor:
+    """The thread pool of the loops' jobs (`dequant_loops`, `sum_loops`), made on first use.
+    A job must not wait on another job of the pool."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(THREADS, thread_name_prefix="inspector-loops"))
+    return _POOL[0]
+
+
+def aligned_empty(n: int, dtype) -> np.ndarray:
+    """An uninitialised 1-D array of `n` elements whose first one lies on a 64-byte boundary
+    (NumPy's own large arrays start 16 bytes past a page): whole lines can be streamed."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(n + LINE_BYTES // dtype.itemsize, dtype)
+    skip = (-raw.__array_interface__["data"][0] % LINE_BYTES) // dtype.itemsize
+    return raw[skip:skip + n]

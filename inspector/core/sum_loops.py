@@ -15,20 +15,14 @@ test_weighted_sum_host.py` compares both for 1 to 5 trees).
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
-from inspector.core.cpu_loops import loop, store_fence, stream_copy
+from inspector.core.cpu_loops import LINE_BYTES, THREADS, loop, pool, store_fence, stream_copy
 
 BLOCK = 2048
 """Results computed into the L1 scratch before they are streamed out (8 KiB of float32)."""
 JOB = 1 << 20
 """Least elements a thread's job: smaller sums run in the calling thread."""
-LINE = 64
-THREADS = max(1, min(2, os.cpu_count() or 1))
-_POOL: list[ThreadPoolExecutor] = []
 
 
 def _job(xs, w, out, lo, hi):
@@ -73,16 +67,11 @@ def _job(xs, w, out, lo, hi):
 _JOB = loop(_job, fastmath={"contract"})
 
 
-def _pool() -> ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(THREADS, thread_name_prefix="inspector-sum"))
-    return _POOL[0]
-
-
 def weighted_sum_into(xs: list[np.ndarray], w: np.ndarray, out: np.ndarray,
                       threads: int | None = None) -> None:
     """`out[:] = sum_t w[t] * xs[t]` in float32 (1-D contiguous float32 arrays of one size;
-    `w`: float32, one weight per array). Fastest into an `empty_out` (64-byte aligned)."""
+    `w`: float32, one weight per array). Fastest into a 64-byte-aligned `out`
+    (`cpu_loops.aligned_empty`)."""
     n = out.size
     if not xs or len(w) != len(xs):
         raise ValueError(f"{len(xs)} arrays and {len(w)} weights: give one weight per array")
@@ -95,20 +84,12 @@ def weighted_sum_into(xs: list[np.ndarray], w: np.ndarray, out: np.ndarray,
     xs, w = tuple(xs), np.ascontiguousarray(w, np.float32)
     threads = THREADS if threads is None else max(1, threads)
     count = min(4 * threads, n // JOB) if threads > 1 else 1
-    step = LINE // 4
+    step = LINE_BYTES // 4  # jobs meet on cache lines of the output
     bounds = np.linspace(0, n, max(count, 1) + 1).astype(np.int64) // step * step
     bounds[0], bounds[-1] = 0, n
     jobs = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
     if len(jobs) == 1:
         _JOB(xs, w, out, *jobs[0])
         return
-    for f in [_pool().submit(_JOB, xs, w, out, a, b) for a, b in jobs]:
+    for f in [pool().submit(_JOB, xs, w, out, a, b) for a, b in jobs]:
         f.result()
-
-
-def empty_out(n: int) -> np.ndarray:
-    """An uninitialised float32 array of `n` elements whose first one lies on a 64-byte
-    boundary (NumPy's own large arrays start 16 bytes past a page): whole lines streamed."""
-    raw = np.empty(n + LINE // 4, np.float32)
-    skip = (-raw.__array_interface__["data"][0] % LINE) // 4
-    return raw[skip:skip + n]

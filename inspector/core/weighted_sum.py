@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inspector.core import caches, placement, validate, weighted_sum_host
+from inspector.core import caches, host_outputs, placement, validate, weighted_sum_host
 from inspector.core.chunked_stream import Elementwise
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError, UnsupportedLeafError, bullet_list
@@ -225,7 +225,7 @@ def _packed_plan(trees, weights, integral, device, action) -> Plan:
             # result's (no zero fill)
             buffer = pooled(shape, out, device)
             call = weighted_sum_host.host_call(k, shape, device, [
-                weighted_sum_host.placeholder(device) if buffer is None else buffer, w,
+                host_outputs.placeholder(np.float32, device) if buffer is None else buffer, w,
                 *buffers])
         else:
             buffer = output_buffer(shape, out, device if sharding is None else sharding)

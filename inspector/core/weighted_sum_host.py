@@ -47,12 +47,6 @@ def host_call(k: int, shape: tuple, device, args: list) -> Call:
                 host=True)
 
 
-def placeholder(device) -> jax.Array:
-    """The first argument of a host call with no earlier result to write into: nothing to
-    fill (the loop makes its output)."""
-    return jax.device_put(np.zeros(0, np.float32), device)
-
-
 def warm(k: int) -> None:
     """Compiles the loop for `k` buffers (or loads it from numba's disk cache: ~0.1 s against
     ~1 s), on 16 elements: a server warming the sum its launcher's checkpoints are opened

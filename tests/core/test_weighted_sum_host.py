@@ -13,6 +13,7 @@ import pytest
 
 import inspector
 from inspector.core import out_buffers, sum_loops, weighted_sum_host
+from inspector.core.cpu_loops import aligned_empty
 from inspector.core.runner import PlannedRun
 
 CPU = jax.devices("cpu")[0]
@@ -42,9 +43,9 @@ def test_the_loop_gives_xlas_bits_for_any_size_alignment_and_threads(k, n):
         xs[0][[3, 17, 40]] = [np.nan, np.inf, -0.0]
     w = rng.uniform(-2, 2, k).astype(np.float32)
     want = xla_sum(w, xs)
-    for out, threads in [(sum_loops.empty_out(n), None),  # 64-byte aligned
+    for out, threads in [(aligned_empty(n, np.float32), None),  # 64-byte aligned
                          (np.empty(n + 3, np.float32)[3:], None),  # 12 bytes off a line
-                         (sum_loops.empty_out(n), 1)]:
+                         (aligned_empty(n, np.float32), 1)]:
         out[:] = 7.0  # overwritten, not added to
         sum_loops.weighted_sum_into(xs, w, out, threads=threads)
         np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))

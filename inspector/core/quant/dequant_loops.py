@@ -29,12 +29,17 @@ Imported only when used (numba takes ~0.45 s to import).
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
-from inspector.core.cpu_loops import loop, prefetch, store_fence, stream_copy
+from inspector.core.cpu_loops import (
+    THREADS,
+    aligned_empty,
+    loop,
+    pool,
+    prefetch,
+    store_fence,
+    stream_copy,
+)
 from inspector.core.quant.fp8_intrinsics import (
     HARD_HALF,
     TABLE_SCALES,
@@ -59,8 +64,6 @@ AHEAD = 4096
 LINE = 64
 JOB = 1 << 20
 """Least elements a thread's job: smaller inputs run in the calling thread."""
-THREADS = max(1, min(2, os.cpu_count() or 1))
-_POOL: list[ThreadPoolExecutor] = []
 TABLE_LOW, TABLE_HIGH = (np.float32(x) for x in TABLE_SCALES)
 
 CODE_KINDS = {"e4m3fn": 0, "e5m2": 1}
@@ -191,16 +194,7 @@ def empty_out(n: int, out_kind: str) -> np.ndarray:
     boundary: with runs whose lengths are multiples of 32 (a 128-wide block's row), every
     bfloat16 line is then streamed straight from the registers, without the L1 scratch
     (`bf16_table_e4m3fn_stream`). NumPy's own large arrays start 16 bytes past a page."""
-    dtype = np.dtype(OUT_KINDS[out_kind][1])
-    raw = np.empty(n + LINE // dtype.itemsize, dtype)
-    skip = (-raw.__array_interface__["data"][0] % LINE) // dtype.itemsize
-    return raw[skip:skip + n]
-
-
-def _pool() -> ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(THREADS, thread_name_prefix="inspector-dequant"))
-    return _POOL[0]
+    return aligned_empty(n, OUT_KINDS[out_kind][1])
 
 
 def fp8_runs(codes: np.ndarray, starts: np.ndarray, scale_index: np.ndarray,
@@ -252,7 +246,7 @@ def fp8_runs(codes: np.ndarray, starts: np.ndarray, scale_index: np.ndarray,
     if len(args) == 1:
         bad = [fn(*args[0])]
     else:
-        bad = [job.result() for job in [_pool().submit(fn, *a) for a in args]]
+        bad = [job.result() for job in [pool().submit(fn, *a) for a in args]]
     for r in bad:
         if r >= 0:
             raise ValueError(f"run {r}: starts decrease ({starts[r]} then {starts[r + 1]}) or "

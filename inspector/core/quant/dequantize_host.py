@@ -46,7 +46,7 @@ def host_call(runs: FlatRuns, codes, scales, dtype: str, device) -> Call:
         serial = _RUNS_KEY[runs] = next(_SERIAL)
     code_kind = CODE_KINDS[np.dtype(codes.dtype).name]
     key = ("dequantize-flat-host", serial, int(codes.size), code_kind, dtype)
-    empty = jax.device_put(np.zeros(0, OUT_BITS[dtype]), device)
+    empty = host_outputs.placeholder(OUT_BITS[dtype], device)
     return Call(key, lambda: _kernel(runs, code_kind, dtype, device), [empty, codes, scales],
                 donate=(0,), carry=True, host=True)
 
