@@ -22,49 +22,43 @@ def status_text(page) -> str:
     return page.locator(STATUS).inner_text()
 
 
-WATCH = """(el, [before, ms]) => new Promise((resolve, reject) => {
-  // The status region's text, watched where it lives (its shadow root) by a MutationObserver:
-  // resolves with [Date.now(), text] two animation frames after it announced a new finished
-  // run (the frame that drew it has been painted). Nothing polls the page meanwhile.
-  const root = el.getRootNode();
-  const find = () => (el.isConnected ? el : root.querySelector('[role="status"].run-status'));
-  let finished = false;
-  const check = () => {
-    const now = find();
-    if (finished || !now) return;
-    const text = now.innerText;
-    if (text !== before && /weighted_sum .* ms/.test(text)) {
-      finished = true;
-      observer.disconnect();
-      requestAnimationFrame(() => requestAnimationFrame(() => resolve([Date.now(), text])));
-    }
-  };
-  const observer = new MutationObserver(check);
-  observer.observe(root, {subtree: true, childList: true, characterData: true});
-  setTimeout(() => { if (!finished) { observer.disconnect(); reject(new Error("timeout")); } },
-             ms);
-  check();
-})"""
-
-VIEWS = """(el, [rows, ms]) => new Promise((resolve, reject) => {
-  // The run history table (the last of the result views to update: its chart and table
-  // follow the held batch on the next tick) watched as the status is: resolves with
-  // Date.now() two animation frames after it has more than `rows` rows.
+def _watcher(params: str, found: str, value: str) -> str:
+    """A function for `locator.evaluate`: a MutationObserver on the element's root (its
+    shadow root) that resolves with `value` (JS, `found` in scope) two animation frames after
+    `found` (a JS expression over `el`, `root` and `params`) is first truthy (the frame that
+    drew it has been painted); rejects after `ms`. Nothing polls the page meanwhile."""
+    return f"""({params}) => new Promise((resolve, reject) => {{
   const root = el.getRootNode();
   let finished = false;
-  const check = () => {
-    const table = root.querySelector('.run-history tbody');
-    if (finished || !table || table.rows.length <= rows) return;
+  const check = () => {{
+    if (finished) return;
+    const found = {found};
+    if (!found) return;
     finished = true;
     observer.disconnect();
-    requestAnimationFrame(() => requestAnimationFrame(() => resolve(Date.now())));
-  };
+    requestAnimationFrame(() => requestAnimationFrame(() => resolve({value})));
+  }};
   const observer = new MutationObserver(check);
-  observer.observe(root, {subtree: true, childList: true, characterData: true});
-  setTimeout(() => { if (!finished) { observer.disconnect(); reject(new Error("timeout")); } },
+  observer.observe(root, {{subtree: true, childList: true, characterData: true}});
+  setTimeout(() => {{ if (!finished) {{ observer.disconnect(); reject(new Error("timeout")); }} }},
              ms);
   check();
-})"""
+}})"""
+
+
+# the status region's text once it announces a new finished run: [Date.now(), text]
+WATCH = _watcher("el, [before, ms]", """(() => {
+      const now = el.isConnected ? el : root.querySelector('[role="status"].run-status');
+      const text = now ? now.innerText : null;
+      return text !== null && text !== before && /weighted_sum .* ms/.test(text) ? text : null;
+    })()""", "[Date.now(), found]")
+
+# the run history table (the last of the result views to update) once it has more than `rows`
+# rows: Date.now()
+VIEWS = _watcher("el, [rows, ms]", """(() => {
+      const table = root.querySelector('.run-history tbody');
+      return table !== null && table.rows.length > rows;
+    })()""", "Date.now()")
 
 HISTORY = ".run-history"
 
