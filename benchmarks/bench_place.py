@@ -30,7 +30,7 @@ from bench_io import gpt2_like, write_safetensors  # noqa: E402
 
 import inspector  # noqa: E402
 from inspector.core import device_upload  # noqa: E402
-from inspector.core.packed import read_packed  # noqa: E402
+from inspector.core.packed_reads import read_packed  # noqa: E402
 
 
 def timed(fn) -> float:

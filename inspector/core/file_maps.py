@@ -71,7 +71,12 @@ class FileMaps:
     def __init__(self):
         self.files: dict[str, mmap.mmap] = {}
 
-    def _map(self, path: str, source: str) -> mmap.mmap:
+    def file(self, path: str, source: str) -> mmap.mmap:
+        """The map of the file at `path` (made once; `source` names the leaf in errors).
+
+        Raises:
+            LoadError: the file cannot be opened (or mapped: an empty file).
+        """
         m = self.files.get(path)
         if m is None:
             try:
@@ -91,7 +96,7 @@ class FileMaps:
             LoadError: the file cannot be opened, or is now shorter than its header said.
         """
         path, offset = leaf.region
-        m = self._map(path, leaf.source)
+        m = self.file(path, leaf.source)
         itemsize = leaf.dtype.itemsize
         nbytes = leaf.size * itemsize
         start = offset - (shift or 0) * itemsize

@@ -3,7 +3,8 @@
 XLA compiles one fusion per leaf, and compile time grows faster than the leaf count (about a
 minute at 10,000 leaves). An elementwise op over a packed tree is one kernel per dtype, whatever
 the leaf count, and compiles in well under a second. Leaves are views into the buffers, so
-unpacking on the host is free. `pack` fills host buffers; `read_packed` fills device buffers.
+unpacking on the host is free. `pack` fills host buffers; `packed_reads.read_packed` fills device
+buffers.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ import jax
 import numpy as np
 
 from inspector.core import nodes
-from inspector.core.device_upload import upload
-from inspector.core.devices import resolve_device
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
 from inspector.core.host_read import fill, host_array
 from inspector.core.leaves import dtype_name, leaf_info
+from inspector.core.mapped_groups import MappedGroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +189,8 @@ class PackedTree:
         """
         s = self.layout.slots[n]
         lead = self.layout.lead
+        if isinstance(self.buffers[s.group], MappedGroup):  # where it lies in its file
+            return self.buffers[s.group].view(s.offset, s.size).reshape(s.shape)
         buf = _host_view(self.buffers[s.group])
         if buf is not None:
             return buf[..., s.offset : s.offset + s.size].reshape(lead + s.shape)
@@ -201,7 +203,9 @@ class PackedTree:
         out = []
         for s in self.layout.slots:
             buf = host[s.group]
-            if buf is not None:
+            if type(buf) is MappedGroup:  # where it lies in its file
+                out.append(buf.view(s.offset, s.size).reshape(s.shape))
+            elif buf is not None:
                 out.append(buf[..., s.offset : s.offset + s.size].reshape(lead + s.shape))
             else:
                 out.append(_take(self.buffers[s.group], s.offset, lead, s.shape))
@@ -247,8 +251,9 @@ def same_layout(trees) -> bool:
 
 
 def _host_view(buf):
-    """A NumPy view of a buffer when that costs no copy (NumPy, or a JAX array on the CPU)."""
-    if isinstance(buf, np.ndarray):
+    """A NumPy view of a buffer when that costs no copy (NumPy, or a JAX array on the CPU);
+    a `MappedGroup` as it is (its leaves are views of its file's map)."""
+    if isinstance(buf, np.ndarray | MappedGroup):
         return buf
     if isinstance(buf, jax.Array) and buf.is_fully_addressable:
         devs = buf.sharding.device_set
@@ -290,39 +295,18 @@ def pack(tree, lead_dims: int = 0) -> PackedTree:
     """
     if isinstance(tree, PackedTree):
         return tree
-    return _pack_planned(*plan_layout(tree, lead_dims))
+    return pack_planned(*plan_layout(tree, lead_dims))
 
 
-def _pack_planned(layout: Layout, leaves: list) -> PackedTree:
+def pack_planned(layout: Layout, leaves: list) -> PackedTree:
+    """`pack` of the `(layout, leaves)` `plan_layout` gave: host buffers, each leaf read or
+    copied into its slot once."""
     lead = layout.lead
     # aligned and faulted in at once; file leaves are read straight into their slots
     buffers = {d: host_array(lead + (n,), d) for d, n in layout.sizes.items()}
     fill([(leaf, buffers[s.group][..., s.offset : s.offset + s.size])
           for leaf, s in zip(leaves, layout.slots, strict=True)])
     return PackedTree(layout, buffers)
-
-
-def read_packed(tree, device) -> PackedTree:
-    """`pack` onto `device`, each leaf read once through a small host staging buffer into the
-    device buffer (donated, updated in place): its device copy plus a few MiB, not two copies."""
-    device = resolve_device(device)
-    if isinstance(tree, PackedTree):
-        return PackedTree(tree.layout, {g: jax.device_put(b, device)
-                                        for g, b in tree.buffers.items()})
-    layout, leaves = plan_layout(tree)
-    if device.platform == "cpu" and all(
-            np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(g))) == np.dtype(g)
-            for g in layout.sizes):
-        # one copy: read into aligned host buffers that the CPU client then uses as they are
-        # (dtypes JAX would convert, float64 without x64, go through the staging path below)
-        host = _pack_planned(layout, leaves)
-        buffers = {g: jax.device_put(b, device, may_alias=True) for g, b in host.buffers.items()}
-        return PackedTree(host.layout, buffers).with_dtypes(buffers)
-    by_group: dict[str, list] = {g: [] for g in layout.sizes}
-    for leaf, slot in zip(leaves, layout.slots, strict=True):
-        by_group[slot.group].append((leaf, slot))
-    buffers = {g: upload(by_group[g], n, np.dtype(g), device) for g, n in layout.sizes.items()}
-    return PackedTree(layout, buffers).with_dtypes(buffers)
 
 
 def plan_layout(tree, lead_dims: int = 0) -> tuple[Layout, list]:

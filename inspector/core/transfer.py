@@ -12,6 +12,7 @@ import numpy as np
 from inspector.core.calls import Call
 from inspector.core.kernel_cache import compile_missing, compiled_kernel
 from inspector.core.lazy import LazyArray
+from inspector.core.mapped_groups import MappedGroup
 
 __all__ = ["MANY", "place", "put"]
 
@@ -28,6 +29,8 @@ def place(calls: list[Call], device) -> float:
     for c in calls:
         targets = c.shardings or (device,) * len(c.args)
         for a, target in zip(c.args, targets, strict=True):
+            if c.maps and isinstance(a, MappedGroup):
+                continue  # the host loop reads it where it lies in its file
             if _needs_move(a, target):
                 unique[id(a), target] = (a, target)
     moved = dict(zip(unique, put(list(unique.values())), strict=True))
@@ -47,6 +50,10 @@ def put(values: list[tuple]) -> list:
     identity (two small compiles per shape; the outputs are copies, never the caller's
     memory); the rest go through `device_put`."""
     out: list = [None] * len(values)
+    for n, (a, target) in enumerate(values):
+        if isinstance(a, MappedGroup):  # its packed copy, made once and kept
+            out[n] = a.placed(target) if isinstance(target, jax.Device) else \
+                jax.device_put(a.host(), target)
     groups: dict[tuple, list[int]] = {}
     host = [n for n, (a, t) in enumerate(values)
             if type(a) is np.ndarray and isinstance(t, jax.Device)]

@@ -17,16 +17,17 @@ import math
 import jax
 import numpy as np
 
-from inspector.core import host_outputs, host_read
+from inspector.core import host_outputs, host_read, mapped_groups
 from inspector.core.calls import Call
 
 HOST_LOOP = True
 """Whether the CPU sums packed float32 buffers by the loop (tests switch it off to compare)."""
 
 
-MIN_BYTES = 1 << 24
+MIN_BYTES = mapped_groups.MIN_BYTES
 """Smaller groups take the XLA kernel: their output stays in the caches (no write-allocate
-traffic to save), and XLA runs the groups of several dtypes in one call."""
+traffic to save), and XLA runs the groups of several dtypes in one call (16 MiB; the working
+set maps groups of this size and more: `mapped_groups.MIN_BYTES`)."""
 
 
 def usable(dtype, acc, out, shape, device) -> bool:
@@ -41,10 +42,10 @@ def usable(dtype, acc, out, shape, device) -> bool:
 def host_call(k: int, shape: tuple, device, args: list) -> Call:
     """The host call summing `k` packed float32 buffers of `shape`: `args` = [the buffer it
     may write into (an empty one when no earlier result is given), the weights, the k
-    buffers]."""
+    buffers (arrays, or `MappedGroup`s read where they lie in their files)]."""
     key = ("weighted_sum_host", k, tuple(shape))
     return Call(key, lambda: _kernel(k, tuple(shape), device), args, donate=(0,), carry=True,
-                host=True)
+                host=True, maps=True)
 
 
 def warm(k: int) -> None:
@@ -55,6 +56,11 @@ def warm(k: int) -> None:
 
     sum_loops.weighted_sum_into([np.zeros(16, np.float32)] * k, np.zeros(k, np.float32),
                                 np.zeros(16, np.float32))
+    x = np.zeros(16, np.float32)
+    x.flags.writeable = False  # as a file's map is
+    sum_loops.weighted_gather_sum_into([x] * k, np.zeros((k, 1), np.int64), np.zeros(1, np.int64),
+                                       np.full(1, 16, np.int64), np.zeros(k, np.float32),
+                                       np.zeros(16, np.float32))
 
 
 def _kernel(k: int, shape: tuple, device):
@@ -67,8 +73,14 @@ def _kernel(k: int, shape: tuple, device):
         if memory is None:  # faulted in by one call: 1.0-1.1 s when the streaming stores
             # fault each page in against 0.53-0.60 s (two 1.22 GB trees, fresh processes)
             memory = host_read.host_buffer(4 * n).view(np.float32).reshape(shape)
-        sum_loops.weighted_sum_into([np.asarray(x).reshape(-1) for x in xs],
-                                    np.asarray(w, np.float32), memory.reshape(-1))
+        w = np.asarray(w, np.float32)
+        if any(isinstance(x, mapped_groups.MappedGroup) for x in xs):  # read in their files
+            sources, positions, offsets, sizes = mapped_groups.gather_args(xs)
+            sum_loops.weighted_gather_sum_into(sources, positions, offsets, sizes, w,
+                                               memory.reshape(-1))
+        else:
+            sum_loops.weighted_sum_into([np.asarray(x).reshape(-1) for x in xs], w,
+                                        memory.reshape(-1))
         return host_outputs.hand_out(memory, np.float32, device)
 
     # what XLA's cost analysis says of its kernel (`Plan.cost`): k multiplies and k - 1 adds

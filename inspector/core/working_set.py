@@ -12,10 +12,17 @@ The budget is shared by every working set in the process (one per app session): 
 ten sessions holds at most one budget's worth, evicting across sessions, oldest use first. A
 tree several sessions hold (the launcher's checkpoints, one object in every session) is held
 once, counted once, and freed when the last of them lets go.
+
+On the CPU, a caller whose kernels read files in place (the app's weighted sum) asks for its
+trees mapped (`hold(..., mapped=True)`): their large float32 groups are their files' maps
+(`mapped_groups.MappedGroup`: nothing read), and `settle` replaces them by packed copies in a
+background thread once the run is shown, so no map is held for long.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 import weakref
@@ -27,11 +34,17 @@ import numpy as np
 from inspector.core import caches, memory
 from inspector.core.devices import device_name, resolve_device
 from inspector.core.errors import InspectorError
-from inspector.core.packed import PackedTree, plan_layout, read_packed
+from inspector.core.mapped_groups import has_mapped
+from inspector.core.packed import PackedTree, plan_layout
+from inspector.core.packed_reads import read_mapped, read_packed, settled
 
 DEFAULT_FRACTION = 0.75
 """The default budget: this fraction of (memory free now + what working sets hold), read anew
 each time it is needed, so it follows the machine (other programs starting or ending)."""
+
+SETTLE_DELAY = 0.5
+"""Seconds between a run on mapped trees and the start of their packed copies (`settle`):
+the run's result is shown first."""
 
 _LOCK = threading.RLock()
 _ENTRIES: dict[tuple, _Entry] = {}  # (id(tree), device) -> the one held copy of that tree
@@ -98,7 +111,7 @@ class _Entry:
     """
 
     __slots__ = ("source", "packed", "device", "nbytes", "last_used", "holders", "ready",
-                 "error")
+                 "error", "settling")
 
     def __init__(self, source, device, nbytes: int):
         self.source = source
@@ -109,6 +122,7 @@ class _Entry:
         self.holders: set[int] = set()
         self.ready = threading.Event()  # set once read (or failed: `error`)
         self.error: BaseException | None = None
+        self.settling = False  # its mapped groups are being copied (`WorkingSet.settle`)
 
     @property
     def key(self) -> tuple:
@@ -144,7 +158,7 @@ class WorkingSet:
         weakref.finalize(self, _forget_holder, id(self))
 
     def hold(self, trees: dict, device=None, extra_bytes: int = 0,
-             reading=None) -> dict | None:
+             reading=None, mapped: bool = False) -> dict | None:
         """Returns `{name: PackedTree on device}` for `trees`, reading each only if not held
         (by this working set or any other).
 
@@ -160,6 +174,9 @@ class WorkingSet:
             reading: called as `reading(name, nbytes, done_bytes, total_bytes)` before each
                 tree this call reads (none for trees already held), and once after the last
                 with name None and done_bytes == total_bytes, to show progress.
+            mapped: on a CPU device, hold the large float32 groups of the trees this call
+                reads where they lie in their files (`mapped_groups.MappedGroup`: mapped,
+                not read) until `settle` replaces them by packed copies.
         """
         device = resolve_device(device)
         with _LOCK:
@@ -194,7 +211,8 @@ class WorkingSet:
             _tell(reading, names[entry.key], entry.nbytes, done, total)
             done += entry.nbytes
             try:
-                entry.packed = read_packed(entry.source, device)
+                entry.packed = (mapped and read_mapped(entry.source, device)) or read_packed(
+                    entry.source, device)
             except BaseException as exc:
                 entry.error = exc
                 with _LOCK:
@@ -214,6 +232,26 @@ class WorkingSet:
                 raise entry.error
             out[name] = entry.packed
         return out
+
+    def settle(self, delay: float | None = None) -> threading.Thread | None:
+        """Replaces the `MappedGroup`s of the trees this working set holds by packed copies,
+        in a background thread starting `delay` seconds from now (default `SETTLE_DELAY`:
+        the run that mapped them is shown first). The files' maps are then let go; later ops
+        find the trees packed. Returns the thread (None when nothing is mapped). A copy that
+        fails drops its tree (the next use reads it again); whoever holds the mapped tree
+        keeps it."""
+        with _LOCK:
+            entries = [e for e in self._names.values()
+                       if has_mapped(e.packed) and not e.settling]
+            for entry in entries:
+                entry.settling = True
+        if not entries:
+            return None
+        delay = SETTLE_DELAY if delay is None else delay
+        thread = threading.Thread(target=_settle, args=(entries, delay), daemon=True,
+                                  name="inspector-settle")
+        thread.start()
+        return thread
 
     def _attach(self, name: str, entry: _Entry) -> None:
         old = self._names.get(name)
@@ -263,6 +301,26 @@ class WorkingSet:
             self._closed = True
         self.release()
         memory.give_back()
+
+
+def _settle(entries: list, delay: float) -> None:
+    time.sleep(delay)
+    if sys.platform.startswith("linux"):  # this thread only (Linux): the runs come first
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except OSError:
+            pass
+    for entry in entries:
+        mapped = entry.packed
+        try:
+            copy = settled(mapped, entry.device)
+        except Exception:  # out of memory, a file that changed: read it again next time
+            with _LOCK:
+                _drop(entry)
+            continue
+        with _LOCK:
+            if entry.packed is mapped:
+                entry.packed = copy
 
 
 def _tell(reading, *args) -> None:

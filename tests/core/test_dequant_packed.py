@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.core.packed import read_packed
+from inspector.core.packed_reads import read_packed
 from inspector.core.quant import dequantize as D
 from inspector.core.quant import dequantize_packed as DP
 from inspector.core.quant import flat_runs

@@ -127,3 +127,52 @@ def test_no_fill_then_each_execution_writes_into_the_last_ones_memory(small_grou
     assert not f32(third).is_deleted()
     assert f32(fourth).unsafe_buffer_pointer() != address
     np.testing.assert_allclose(fourth.unpack()["w"], (a + b) / 2, rtol=1e-6, atol=1e-6)
+
+
+def scattered(sizes: list[int], k: int, seed: int):
+    """k sources holding members of `sizes` in shuffled order at odd places, with their
+    positions, and the members packed in order (what the gather must read)."""
+    rng = np.random.default_rng(seed)
+    sources, positions, packed = [], [], []
+    for _ in range(k):
+        order = rng.permutation(len(sizes))
+        pos = np.zeros(len(sizes), np.int64)
+        at = 5
+        for j in order:
+            pos[j] = at
+            at += sizes[j] + 3  # a gap between members
+        source = rng.standard_normal(at + 11).astype(np.float32)
+        source.flags.writeable = False  # as a file's map is
+        sources.append(source)
+        positions.append(pos)
+        packed.append(np.concatenate([source[p:p + s] for p, s in zip(pos, sizes, strict=True)]))
+    return sources, np.stack(positions), packed
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_gathering_loop_gives_the_packed_loops_bits(k, threads):
+    sizes = [7, 0, (1 << 20) * 2 + 5, 1, 40_000, 3]
+    sources, positions, packed = scattered(sizes, k, seed=k)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    w = np.random.default_rng(k).uniform(-2, 2, k).astype(np.float32)
+    n = sum(sizes)
+    want = np.empty(n, np.float32)
+    sum_loops.weighted_sum_into(packed, w, want)
+    out = np.full(n + 1, 7.0, np.float32)[1:]  # 4 bytes off a line; overwritten
+    sum_loops.weighted_gather_sum_into(sources, positions, offsets, np.array(sizes), w, out,
+                                       threads=threads)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(out, f64_sum(w, packed), rtol=1e-5, atol=1e-5 * k)
+
+
+def test_the_gathering_loop_refuses_members_outside_its_arrays():
+    x = np.zeros(10, np.float32)
+    one = np.ones(1, np.float32)
+    for positions, offsets, sizes, out in [
+            ([[8]], [0], [3], np.zeros(3, np.float32)),  # past the input's end
+            ([[0]], [2], [3], np.zeros(4, np.float32)),  # past the output's end
+            ([[-1]], [0], [1], np.zeros(1, np.float32))]:
+        with pytest.raises(ValueError, match="outside its input or the output"):
+            sum_loops.weighted_gather_sum_into([x], np.array(positions), np.array(offsets),
+                                               np.array(sizes), one, out)

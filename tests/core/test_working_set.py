@@ -11,7 +11,7 @@ import pytest
 import inspector
 from inspector.core import device_upload, working_set
 from inspector.core.devices import device_name
-from inspector.core.packed import read_packed
+from inspector.core.packed_reads import read_packed
 from inspector.core.working_set import WorkingSet
 from tests.core.test_streaming import Tracker
 from tests.helpers import assert_tree_allclose

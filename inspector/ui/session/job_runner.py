@@ -172,7 +172,8 @@ class JobRunner:
         if holdable:
             extra = max(0, job.settings.output_bytes([trees[n] for n in job.trees]) - reused)
             start, before = time.perf_counter(), host_read.stats()["bytes"]
-            held = self.working.hold(holdable, device, extra_bytes=extra, reading=reading)
+            held = self.working.hold(holdable, device, extra_bytes=extra, reading=reading,
+                                     mapped=job.settings.reads_in_place)
             # what this hold read from files (other sessions' reads may add to the count)
             self.last_read = (host_read.stats()["bytes"] - before, time.perf_counter() - start)
             if held is None:
@@ -211,6 +212,7 @@ class JobRunner:
                 result, seconds = planned.execute()
                 mark("executed")
             rr = planned.result(result, [seconds])
+            self.working.settle()  # files mapped for this run: packed copies follow, shortly
             read_bytes, read_seconds = self.last_read
             if read_bytes:  # the working set read the files: the timing card's read line
                 rr = dataclasses.replace(rr, read_bytes=rr.read_bytes + read_bytes,

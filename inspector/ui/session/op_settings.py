@@ -50,6 +50,8 @@ class OpSettings(param.Parameterized):
             streamed into a file (`stream`) and its result opens lazily from there.
         structure_only: positions in `uses()` of trees whose structure alone the op reads
             (a conversion's target): the runner never reads their data.
+        reads_in_place: the op's CPU kernels read a checkpoint's large float32 groups where
+            they lie in its file (`mapped_groups.py`): the runner holds its inputs mapped.
     """
 
     op: ClassVar[str] = ""
@@ -59,6 +61,7 @@ class OpSettings(param.Parameterized):
     live: ClassVar[tuple[str, ...]] = ()
     streams: ClassVar[bool] = False
     structure_only: ClassVar[tuple[int, ...]] = ()
+    reads_in_place: ClassVar[bool] = False
 
     def job(self, trees: dict) -> Job:
         """The job these settings describe, over the session's loaded trees (by name): the op,

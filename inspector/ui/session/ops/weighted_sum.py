@@ -31,6 +31,7 @@ class WeightedSumSettings(OpSettings):
     position = 10
     live = ("weights",)
     streams = True  # inspector.weighted_sum(..., out=)
+    reads_in_place = True  # the CPU's loop sums float32 groups in their files' maps
 
     trees = param.List(default=[], item_type=str, doc="Names of the trees to sum, in order.")
     weights = param.List(default=[], doc="One weight per tree in `trees`.")
