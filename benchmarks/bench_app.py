@@ -48,7 +48,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -68,6 +67,7 @@ from page_timing import (  # noqa: E402
     wait_status_change,
     watch_run,
 )
+from rss_sampler import RssSampler  # noqa: E402
 
 import inspector  # noqa: E402
 from inspector.ui.session.state import REPEAT_DELAY  # noqa: E402
@@ -106,41 +106,6 @@ def write_checkpoint(path: Path, seed: int) -> None:
 
         flat[name] = inspector.LazyArray(shape, np.float32, make, source=name)
     inspector.save(nesting.unflatten(flat.items(), path), path)
-
-
-class RssSampler:
-    """Samples a process's resident set every 20 ms in a thread; `peak()` since `reset()`."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self._peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def now(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                self._peak = max(self._peak, self.now())
-            except OSError:
-                return
-            time.sleep(0.02)
-
-    def reset(self) -> None:
-        self._peak = self.now()
-
-    def peak(self) -> int:
-        return max(self._peak, self.now())
-
-    def close(self) -> None:
-        self._stop.set()
 
 
 def copy_gbps() -> float:
@@ -318,7 +283,7 @@ def main() -> None:
             first = run_session(browser, url, names, changes=args.changes, rss=rss, marks=marks,
                                 shot=args.screenshot)
             first_total = time.perf_counter() - start
-            session_peak = rss.peak()
+            session_peak, anon_peak = rss.peak(), rss.peak_anon()
             after_first, freed_first = wait_settled(rss, args.settle)
             rss.reset()
             later_runs = [run_session(browser, url, names, marks=marks)
@@ -377,7 +342,9 @@ def main() -> None:
               f"{first_peak / moved:.2f} x (inputs + output) "
               f"| <= 1.25 x {'ok' if first_peak <= 1.25 * moved else 'MISSED'} |")
         print(f"| peak server RSS over the first session ({2 * args.changes} changes, their "
-              f"repeats) | {session_peak / 1e9:.2f} GB = {session_peak / moved:.2f} x | |")
+              f"repeats) | {session_peak / 1e9:.2f} GB = {session_peak / moved:.2f} x; its "
+              f"anonymous part (no file's pages) {anon_peak / 1e9:.2f} GB = "
+              f"{anon_peak / moved:.2f} x | |")
         grew = after_more - after_first
         print(f"| RSS after the first session / after {args.sessions} more, cleaned up | "
               f"{after_first / 1e9:.2f} GB / {after_more / 1e9:.2f} GB (+{grew / MB:.0f} MB) "

@@ -84,10 +84,11 @@ class MappedGroup:
         start = int(positions[j])
         return source[start:start + size]
 
-    def host(self) -> np.ndarray:
+    def host(self, pause=None) -> np.ndarray:
         """The packed buffer (read-only), copied once from the map into aligned memory; each
         leaf's pages are then unmapped from this process (the page cache keeps them), and the
-        group reads its copy from then on."""
+        group reads its copy from then on. `pause()`, if given, is called before each leaf is
+        copied (a background copy waiting for the runs in flight)."""
         with self._lock:
             if self._host is None:
                 source, positions = self.where
@@ -95,6 +96,8 @@ class MappedGroup:
                 m, itemsize = map_of(source), self.dtype.itemsize
                 for start, offset, size in zip(positions.tolist(), self.offsets.tolist(),
                                                self.sizes.tolist(), strict=True):
+                    if pause is not None:
+                        pause()
                     out[offset:offset + size] = source[start:start + size]
                     if m is not None and size:
                         advise(m, start * itemsize, size * itemsize, MADV_DONTNEED)

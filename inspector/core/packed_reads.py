@@ -73,7 +73,11 @@ def read_mapped(tree, device):
     return PackedTree(layout, {g: buffers.get(g, mapped.get(g)) for g in layout.sizes})
 
 
-def settled(tree: PackedTree, device) -> PackedTree:
-    """`tree` with each `MappedGroup` replaced by its packed copy on `device`."""
+def settled(tree: PackedTree, device, pause=None) -> PackedTree:
+    """`tree` with each `MappedGroup` replaced by its packed copy on `device` (`pause()`
+    called before each leaf is copied: `MappedGroup.host`)."""
+    for b in tree.buffers.values():
+        if isinstance(b, MappedGroup):
+            b.host(pause)
     return PackedTree(tree.layout, {
         g: b.placed(device) if isinstance(b, MappedGroup) else b for g, b in tree.buffers.items()})

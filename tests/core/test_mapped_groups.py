@@ -199,3 +199,19 @@ def test_a_file_that_shrank_is_named(tmp_path):
         f.truncate(path.stat().st_size - 100)
     with pytest.raises(LoadError, match="m0.safetensors.*runs past its end"):
         read_mapped(tree, CPU)
+
+
+def test_the_background_copy_waits_for_the_runs_in_flight(tmp_path):
+    values, trees = pair(tmp_path)
+    ws = WorkingSet()
+    try:
+        ws.hold({"a": trees[0]}, CPU, mapped=True)
+        with working_set.executing():  # a run executing: the copy must not take its memory
+            thread = ws.settle(delay=0)
+            thread.join(timeout=1.0)
+            assert thread.is_alive() and has_mapped(ws.get("a"))
+        thread.join(timeout=60)  # the run ended: the copy goes on
+        assert not thread.is_alive() and not has_mapped(ws.get("a"))
+        np.testing.assert_array_equal(flat(ws.get("a").unpack())["emb"], values[0]["emb"])
+    finally:
+        ws.close()

@@ -209,7 +209,8 @@ class JobRunner:
                 planned = PlannedRun(fn, *args, device=device, **kwargs)
                 mark(f"planned (kernels {planned._kernel_seconds:.3f} s, place "
                      f"{planned.place_seconds:.3f} s)")
-                result, seconds = planned.execute()
+                with working_set.executing():  # background copies wait (`settle`)
+                    result, seconds = planned.execute()
                 mark("executed")
             rr = planned.result(result, [seconds])
             self.working.settle()  # files mapped for this run: packed copies follow, shortly
@@ -254,7 +255,8 @@ class JobRunner:
             with self._executing:
                 if self._closed:
                     raise Cancelled
-                result, seconds = planned.execute()
+                with working_set.executing():
+                    result, seconds = planned.execute()
                 times.append(seconds)
                 if refill:  # the shown result's buffers now hold this run's (equal) output
                     _refill(first.result, result)
