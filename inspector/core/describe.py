@@ -93,6 +93,8 @@ def describe(tree) -> list[Row]:
             _walk(tree, "", "", 0, rows)
     except nodes.DepthExceeded:
         raise nodes.too_deep(tree) from None
+    finally:
+        _FRAGS.clear()
     if _may_hold_quant(rows):
         _mark_quant(tree, rows)
     return rows  # type: ignore[return-value]
@@ -120,6 +122,9 @@ def _mark_quant(tree, rows: list) -> None:
     from inspector.core.quant.rows import mark  # imports JAX: only when needed
 
     mark(tree, rows)
+
+
+_FRAGS: dict[str, str] = {}  # a str key -> its `['key']`, for one `describe` call (cleared after)
 
 
 def _walk(node, path: str, key: str, depth: int, rows: list,
@@ -175,7 +180,7 @@ def _walk(node, path: str, key: str, depth: int, rows: list,
 
 def _walk_dict(node: dict, path: str, key: str, depth: int, rows: list, _lazy=LazyArray,
                _new=tuple.__new__, _row=Row, _name=dtype_name, _prod=math.prod,
-               _walk=_walk, _names=_DTYPE_NAMES, _id=id) -> tuple[int, int, int]:
+               _walk=_walk, _names=_DTYPE_NAMES, _id=id, _frags=_FRAGS) -> tuple[int, int, int]:
     # `_walk` for a plain dict, with its checkpoint leaves' rows made here (a checkpoint of
     # 106k tensors: 106k calls fewer), each Row made by tuple.__new__ (no Python __new__),
     # each dtype's name found in `dtype_name`'s table here (a call fewer per leaf)
@@ -191,7 +196,13 @@ def _walk_dict(node: dict, path: str, key: str, depth: int, rows: list, _lazy=La
     except TypeError:  # keys of mixed types: JAX keeps insertion order
         order = list(node)
     for k in order:
-        child, child_key = node[k], f"[{k!r}]"
+        child = node[k]
+        if type(k) is str:  # `['key']` made once a call (a checkpoint's keys repeat)
+            child_key = _frags.get(k)
+            if child_key is None:
+                child_key = _frags[k] = f"[{k!r}]"
+        else:  # (a str subclass, e.g. a StrEnum, has a repr of its own)
+            child_key = f"[{k!r}]"
         if type(child) is _lazy and child.sharding is None:  # a checkpoint's leaf: all known
             size = _prod(child.shape)
             dtype = child.dtype

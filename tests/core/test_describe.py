@@ -1,5 +1,6 @@
 import collections
 import dataclasses
+import enum
 
 import jax
 import jax.numpy as jnp
@@ -128,3 +129,17 @@ def test_scalar_leaves(leaf, dtype):
     # Python numbers are shown as JAX holds them; NumPy scalars keep their own dtype.
     row = describe(leaf)[0]
     assert (row.kind, row.shape, row.n_params, row.dtype) == ("leaf", (), 1, dtype)
+
+
+def test_key_paths_match_jax_for_equal_keys_of_other_types():
+    # `describe` remembers each str key's `['key']` during a call: a StrEnum member equal to
+    # an earlier str key, and 1 / True, keep their own reprs, as in JAX's key paths
+    class Color(enum.StrEnum):
+        RED = "red"
+
+    tree = {"a": {"red": np.zeros(2)}, "b": {Color.RED: np.zeros(3)},
+            "c": {True: np.zeros(1)}, "d": {1: np.ones(1)}}
+    leaves = [r.path for r in describe(tree) if r.kind == "leaf"]
+    assert leaves == [jax.tree_util.keystr(p)
+                      for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    assert leaves[1:] == ["['b'][<Color.RED: 'red'>]", "['c'][True]", "['d'][1]"]
