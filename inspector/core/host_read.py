@@ -31,7 +31,7 @@ THREADS = max(2, min(8, os.cpu_count() or 2))
 """Leaves read at once (the copy from the page cache runs on every core; 8 at most)."""
 
 _ALIGN = 64  # what XLA's CPU client needs to use a host array without copying it
-_STATS = {"bytes": 0, "reads": 0}
+_STATS = {"bytes": 0, "reads": 0, "mapped": 0}
 _STATS_LOCK = threading.Lock()
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux's value
@@ -40,16 +40,20 @@ _POPULATE_WRITE = {"ok": hasattr(mmap.mmap, "madvise")}
 
 def stats() -> dict[str, int]:
     """Bytes and leaves read into place (`preadv`, or used from a map of the file by a
-    chunked stream) since the process started."""
+    chunked stream) since the process started; `mapped`: the bytes of those used where a
+    file's map has them (pages faulted in, not copied)."""
     with _STATS_LOCK:
         return dict(_STATS)
 
 
-def count_read(nbytes: int, reads: int = 1) -> None:
-    """Adds a read made elsewhere (a chunked stream's map or gather) to `stats()`."""
+def count_read(nbytes: int, reads: int = 1, mapped: bool = False) -> None:
+    """Adds a read made elsewhere (a chunked stream's map or gather) to `stats()`; `mapped`:
+    the bytes stay in the file's map, where the kernel reads them."""
     with _STATS_LOCK:
         _STATS["bytes"] += nbytes
         _STATS["reads"] += reads
+        if mapped:
+            _STATS["mapped"] += nbytes
 
 
 def host_buffer(nbytes: int) -> np.ndarray:

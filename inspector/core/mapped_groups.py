@@ -149,7 +149,7 @@ def map_group(members: list, size: int, maps: FileMaps) -> MappedGroup | None:
             "or shrank after it was opened; load it again.")
     if not advise(m, 0, len(m), MADV_POPULATE_READ):
         source[::max(1, 4096 // itemsize)].max()  # an older kernel: a fault every few pages
-    count_read(int(sizes.sum()) * itemsize, len(leaves))
+    count_read(int(sizes.sum()) * itemsize, len(leaves), mapped=True)
     return MappedGroup(source, positions, [s.offset for _, s in members], sizes, size)
 
 

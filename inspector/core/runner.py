@@ -44,6 +44,8 @@ class RunResult:
         read_seconds: time to read lazy (checkpoint) leaves and move every input onto the
             device, once per run (includes `place_seconds`; never in `times`).
         read_bytes: bytes of lazy leaves read in `read_seconds` (`read_gbps`: their rate).
+        mapped_bytes: of `read_bytes`, those left in their files' maps (their pages faulted
+            in, not copied: the kernel reads them there; `mapped_groups.py`).
         times: each timed execution, in seconds, each ended by `block_until_ready`.
         median_seconds, min_seconds, max_seconds: over `times`.
         bytes_read, bytes_written: the op's own input and output bytes.
@@ -68,6 +70,7 @@ class RunResult:
     read_seconds: float = 0.0
     mesh: str | None = None
     read_bytes: int = 0
+    mapped_bytes: int = 0
 
     @property
     def read_gbps(self) -> float:

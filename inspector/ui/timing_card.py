@@ -23,8 +23,13 @@ def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str,
         compiled = f"{ms(rr.compile_seconds)} ({plural(rr.n_compiled, 'XLA compilation')})"
     read = getattr(rr, "read_seconds", 0.0)
     read_bytes = getattr(rr, "read_bytes", 0)
+    mapped = getattr(rr, "mapped_bytes", 0)
     rate = f" · {rr.read_gbps:.3g} GB/s read from files ({human_bytes(read_bytes)})" \
         if read_bytes and read else ""
+    if mapped:  # left in the files' maps: the kernel reads them there
+        rate = (f" · {human_bytes(mapped)} mapped where the files hold them (pages faulted "
+                f"in, not copied)" + (f", {human_bytes(read_bytes - mapped)} read"
+                                      if read_bytes > mapped else ""))
     lines = [
         ("read", f"{ms(read)}{rate} (lazy leaves read and inputs placed, once per run)"
          if read else "inputs already in place"),

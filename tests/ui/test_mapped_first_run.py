@@ -16,8 +16,10 @@ import inspector
 from inspector.core import mapped_groups, weighted_sum_host, working_set
 from inspector.core.mapped_groups import has_mapped
 from inspector.ui.session import launcher_warm
+from inspector.ui.session.formatting import human_bytes
 from inspector.ui.session.loaded import prepare
 from inspector.ui.session.state import InspectorState
+from inspector.ui.timing_card import timing_lines
 
 SHAPES = {"h.10.w": (37, 21), "h.9.w": (21, 37), "h.9.b": (21,)}
 
@@ -79,7 +81,10 @@ def test_the_first_run_sums_the_files_maps_and_later_runs_their_packed_copies(tm
         first = s.result
         check(first, values, [0.25, 0.75])
         nbytes = sum(4 * np.prod(shape) for shape in SHAPES.values())
-        assert first.read_bytes == 2 * nbytes  # the maps' pages, counted as read once
+        assert first.read_bytes == first.mapped_bytes == 2 * nbytes  # counted once
+        assert "inputs mapped from their files" in s.run_status and "read " not in s.run_status
+        card = dict(timing_lines(first))["read"]
+        assert f"{human_bytes(2 * nbytes)} mapped where the files hold them" in card
         assert all(has_mapped(s.runs.working.get(n)) for n in names)  # not copied: mapped
         go.set()
         assert settled(s, names)  # packed copies replaced the maps in the background

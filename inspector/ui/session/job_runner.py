@@ -115,7 +115,8 @@ class JobRunner:
         self._lock = threading.Lock()
         self._closed = False
         self.streamed_dir = None
-        self.last_read = (0, 0.0)  # (bytes, seconds) the last hold read from files
+        # (bytes, seconds, bytes of those left in their files' maps) the last hold read
+        self.last_read = (0, 0.0, 0)
         self._last = None  # the last result (packed), whose buffers the next run may reuse
         self._planned = None  # (first RunResult, PlannedRun): the plan its repeats execute
         self._pinned = None  # the result last kept as a tree: no run writes into it again
@@ -163,7 +164,7 @@ class JobRunner:
         """
         if self._closed:  # the session ended while this run waited: read nothing again
             raise Cancelled
-        self.last_read = (0, 0.0)
+        self.last_read = (0, 0.0, 0)
         trees = {n: loaded[n].tree for n in job.trees}
         shape_only = set(job.settings.structure_only)
         skip = {n for i, n in enumerate(job.trees) if i in shape_only} - {
@@ -171,11 +172,14 @@ class JobRunner:
         holdable = {n: t for n, t in trees.items() if n not in skip and _holdable(t)}
         if holdable:
             extra = max(0, job.settings.output_bytes([trees[n] for n in job.trees]) - reused)
-            start, before = time.perf_counter(), host_read.stats()["bytes"]
+            start, before = time.perf_counter(), host_read.stats()
             held = self.working.hold(holdable, device, extra_bytes=extra, reading=reading,
                                      mapped=job.settings.reads_in_place)
-            # what this hold read from files (other sessions' reads may add to the count)
-            self.last_read = (host_read.stats()["bytes"] - before, time.perf_counter() - start)
+            # what this hold read from files (other sessions' reads may add to the count),
+            # and how much of it stays in the files' maps
+            after = host_read.stats()
+            self.last_read = (after["bytes"] - before["bytes"], time.perf_counter() - start,
+                              after["mapped"] - before["mapped"])
             if held is None:
                 return None
             launcher_warm.pin(held, holdable, device)
@@ -214,10 +218,11 @@ class JobRunner:
                 mark("executed")
             rr = planned.result(result, [seconds])
             self.working.settle()  # files mapped for this run: packed copies follow, shortly
-            read_bytes, read_seconds = self.last_read
+            read_bytes, read_seconds, mapped = self.last_read
             if read_bytes:  # the working set read the files: the timing card's read line
                 rr = dataclasses.replace(rr, read_bytes=rr.read_bytes + read_bytes,
-                                         read_seconds=rr.read_seconds + read_seconds)
+                                         read_seconds=rr.read_seconds + read_seconds,
+                                         mapped_bytes=rr.mapped_bytes + mapped)
             # A result sharing an input's buffer (an index keeping a whole axis) is never
             # handed to a later run to write into.
             reusable_result = isinstance(rr.result, PackedTree) and not _aliases(rr.result,

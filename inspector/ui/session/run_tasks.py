@@ -152,7 +152,9 @@ def _finished(rr, run: int) -> str:
     if isinstance(rr, StreamedRun):
         return text + (f" · streamed into a file: read {rr.read_seconds * 1e3:.1f} ms, compute "
                        f"{rr.compute_seconds * 1e3:.1f} ms, write {rr.write_seconds * 1e3:.1f} ms")
-    if rr.read_bytes:
+    if rr.read_bytes and rr.mapped_bytes == rr.read_bytes:  # nothing copied: no read rate
+        text += f" · inputs mapped from their files, kernel {rr.gbps:.3g} GB/s"
+    elif rr.read_bytes:
         text += f" · read {rr.read_gbps:.3g} GB/s, kernel {rr.gbps:.3g} GB/s"
     return text
 
