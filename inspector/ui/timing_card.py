@@ -26,13 +26,13 @@ def timing_lines(rr, eager_seconds=None, eager_max_diff=None) -> list[tuple[str,
     mapped = getattr(rr, "mapped_bytes", 0)
     rate = f" · {rr.read_gbps:.3g} GB/s read from files ({human_bytes(read_bytes)})" \
         if read_bytes and read else ""
-    if mapped:  # left in the files' maps: the kernel reads them there
-        rate = (f" · {human_bytes(mapped)} mapped where the files hold them (pages faulted "
-                f"in, not copied)" + (f", {human_bytes(read_bytes - mapped)} read"
-                                      if read_bytes > mapped else ""))
+    what = "lazy leaves read and inputs placed, once per run"
+    if mapped:  # left in the files' maps, where the kernel reads them
+        rate = f" · {human_bytes(mapped)} used in place in the files' maps, not copied" + (
+            f"; {human_bytes(read_bytes - mapped)} read" if read_bytes > mapped else "")
+        what = "once per run"
     lines = [
-        ("read", f"{ms(read)}{rate} (lazy leaves read and inputs placed, once per run)"
-         if read else "inputs already in place"),
+        ("read", f"{ms(read)}{rate} ({what})" if read else "inputs already in place"),
         ("compile", compiled),
         (f"run (median of {len(rr.times)})",
          f"{ms(rr.median_seconds)}  ({ms(rr.min_seconds)[:-3]}–{ms(rr.max_seconds)})"),

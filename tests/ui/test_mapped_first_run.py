@@ -84,7 +84,7 @@ def test_the_first_run_sums_the_files_maps_and_later_runs_their_packed_copies(tm
         assert first.read_bytes == first.mapped_bytes == 2 * nbytes  # counted once
         assert "inputs mapped from their files" in s.run_status and "read " not in s.run_status
         card = dict(timing_lines(first))["read"]
-        assert f"{human_bytes(2 * nbytes)} mapped where the files hold them" in card
+        assert f"{human_bytes(2 * nbytes)} used in place in the files' maps, not copied" in card
         assert all(has_mapped(s.runs.working.get(n)) for n in names)  # not copied: mapped
         go.set()
         assert settled(s, names)  # packed copies replaced the maps in the background
