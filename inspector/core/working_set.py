@@ -21,7 +21,6 @@ background thread once the run is shown, so no map is held for long.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from inspector.core import caches, memory
+from inspector.core import caches, in_flight, memory
 from inspector.core.devices import device_name, resolve_device
 from inspector.core.errors import InspectorError
 from inspector.core.mapped_groups import has_mapped
@@ -46,11 +45,6 @@ each time it is needed, so it follows the machine (other programs starting or en
 SETTLE_DELAY = 0.5
 """Seconds between a run on mapped trees and the start of their packed copies (`settle`):
 the run's result is shown first."""
-QUIET_WAIT = 5.0
-"""The longest a background copy waits, before each leaf, for the runs in flight to end
-(`executing`): runs back to back still let it go on, a leaf at a time."""
-_RUNS = {"executing": 0}
-_QUIET = threading.Condition()
 
 _LOCK = threading.RLock()
 _ENTRIES: dict[tuple, _Entry] = {}  # (id(tree), device) -> the one held copy of that tree
@@ -309,26 +303,6 @@ class WorkingSet:
         memory.give_back()
 
 
-@contextlib.contextmanager
-def executing():
-    """Marks a run's execution (the app's runner wraps each): `settle`'s background copies
-    wait meanwhile, as they would take its memory bandwidth and cores (a weight change during
-    the copies took up to 1.87 s against 0.3-0.6 s)."""
-    with _QUIET:
-        _RUNS["executing"] += 1
-    try:
-        yield
-    finally:
-        with _QUIET:
-            _RUNS["executing"] -= 1
-            _QUIET.notify_all()
-
-
-def _wait_quiet() -> None:
-    with _QUIET:
-        _QUIET.wait_for(lambda: _RUNS["executing"] == 0, timeout=QUIET_WAIT)
-
-
 def _settle(entries: list, delay: float) -> None:
     time.sleep(delay)
     if sys.platform.startswith("linux"):  # this thread only (Linux): the runs come first
@@ -339,7 +313,7 @@ def _settle(entries: list, delay: float) -> None:
     for entry in entries:
         mapped = entry.packed
         try:
-            copy = settled(mapped, entry.device, _wait_quiet)
+            copy = settled(mapped, entry.device, in_flight.wait_quiet)  # runs first
         except Exception:  # out of memory, a file that changed: read it again next time
             with _LOCK:
                 _drop(entry)

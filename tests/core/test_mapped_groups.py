@@ -13,7 +13,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import inspector
-from inspector.core import host_read, mapped_groups, weighted_sum_host, working_set
+from inspector.core import host_read, in_flight, mapped_groups, weighted_sum_host, working_set
 from inspector.core.errors import LoadError
 from inspector.core.file_maps import map_of
 from inspector.core.mapped_groups import MappedGroup, has_mapped
@@ -206,7 +206,7 @@ def test_the_background_copy_waits_for_the_runs_in_flight(tmp_path):
     ws = WorkingSet()
     try:
         ws.hold({"a": trees[0]}, CPU, mapped=True)
-        with working_set.executing():  # a run executing: the copy must not take its memory
+        with in_flight.executing():  # a run executing: the copy must not take its memory
             thread = ws.settle(delay=0)
             thread.join(timeout=1.0)
             assert thread.is_alive() and has_mapped(ws.get("a"))

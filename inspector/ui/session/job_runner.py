@@ -26,7 +26,7 @@ import threading
 import time
 
 import inspector
-from inspector.core import host_read, working_set
+from inspector.core import host_read, in_flight, working_set
 from inspector.core.out_buffers import donating
 from inspector.core.packed import PackedTree
 from inspector.core.runner import PlannedRun, thread_compiles
@@ -213,7 +213,7 @@ class JobRunner:
                 planned = PlannedRun(fn, *args, device=device, **kwargs)
                 mark(f"planned (kernels {planned._kernel_seconds:.3f} s, place "
                      f"{planned.place_seconds:.3f} s)")
-                with working_set.executing():  # background copies wait (`settle`)
+                with in_flight.executing():  # background copies wait (`settle`)
                     result, seconds = planned.execute()
                 mark("executed")
             rr = planned.result(result, [seconds])
@@ -260,7 +260,7 @@ class JobRunner:
             with self._executing:
                 if self._closed:
                     raise Cancelled
-                with working_set.executing():
+                with in_flight.executing():
                     result, seconds = planned.execute()
                 times.append(seconds)
                 if refill:  # the shown result's buffers now hold this run's (equal) output
