@@ -101,6 +101,7 @@ def test_mesh_tab_in_the_page(browser):
             page.get_by_role("treeitem").first.wait_for()
             page.get_by_role("tab", name="Mesh").click()
             field = page.get_by_label("[0]  list, 2 leaves")
+            field.wait_for(timeout=60_000)  # the tab's first build: slow on a loaded machine
             field.fill("data")
             error = page.locator(".spec-error").first
             error.wait_for()
