@@ -44,8 +44,9 @@ class Call:
             host (a CPU loop outside XLA: `quant/dequantize_host.py`): never lowered,
             compiled, stored or batched. It must honour `donate` as XLA does (a donated
             buffer is gone after the call).
-        maps: when true (a host call), its kernel reads `mapped_groups.MappedGroup` args
-            where they lie in their files; other calls get such an arg's packed copy.
+            A `mapped_groups.MappedGroup` arg reaches it as it is (`np.asarray` of it is
+            its packed copy; the weighted sum's loop reads it where it lies in its file);
+            an XLA call gets its packed copy, placed.
     """
 
     key: tuple
@@ -58,7 +59,6 @@ class Call:
     chain: bool = False
     options: tuple = ()
     host: bool = False
-    maps: bool = False
 
     def target(self, i: int, device):
         """Where args[i] must live: its sharding over the mesh, else the plan's device."""

@@ -14,9 +14,10 @@ the app's runs on the CPU) and replaces them by their packed copies in a backgro
 soon after (`WorkingSet.settle`): a file's map is held for seconds, not for the server's life
 (a file truncated under a map makes its pages unreadable: SIGBUS).
 
-What is mapped (`packed_reads.read_mapped`): a group of `MAPPED_DTYPES`, `MIN_BYTES` or more,
-whose leaves are all `LazyArray`s with a `region` in one local file, each starting a whole
-number of elements from the file's start (aligned in memory).
+What is mapped (`packed_reads.read_mapped`): a group the CPU's loop sums (`weighted_sum_host.
+usable`: float32, 16 MiB or more) whose leaves are all `LazyArray`s with a `region` in one
+local file, each starting a whole number of elements from the file's start (aligned in
+memory). Other groups gain nothing from a map, and are read as before.
 """
 
 from __future__ import annotations
@@ -29,13 +30,6 @@ import numpy as np
 from inspector.core.errors import LoadError
 from inspector.core.file_maps import MADV_DONTNEED, MADV_POPULATE_READ, FileMaps, advise, map_of
 from inspector.core.host_read import count_read, host_array, readable_in_place
-
-MAPPED_DTYPES = frozenset({"float32"})
-"""The dtypes a host loop reads in place (the CPU's weighted sum): other groups gain nothing
-from a map, and are read as before."""
-MIN_BYTES = 1 << 24
-"""The least group the CPU's loop sums (`weighted_sum_host.MIN_BYTES` is this one), and so
-the least group mapped: smaller ones are read as before."""
 
 
 class MappedGroup:

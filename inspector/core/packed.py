@@ -189,9 +189,9 @@ class PackedTree:
         """
         s = self.layout.slots[n]
         lead = self.layout.lead
-        if isinstance(self.buffers[s.group], MappedGroup):  # where it lies in its file
-            return self.buffers[s.group].view(s.offset, s.size).reshape(s.shape)
         buf = _host_view(self.buffers[s.group])
+        if type(buf) is MappedGroup:  # where it lies in its file
+            return buf.view(s.offset, s.size).reshape(s.shape)
         if buf is not None:
             return buf[..., s.offset : s.offset + s.size].reshape(lead + s.shape)
         return _take(self.buffers[s.group], s.offset, lead, s.shape)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from inspector.core import mapped_groups
+from inspector.core import weighted_sum_host
 from inspector.core.device_upload import upload
 from inspector.core.devices import resolve_device
 from inspector.core.file_maps import FileMaps
 from inspector.core.host_read import fill, host_array
-from inspector.core.mapped_groups import MAPPED_DTYPES, MappedGroup, map_group
+from inspector.core.mapped_groups import MappedGroup, map_group
 from inspector.core.packed import PackedTree, pack_planned, plan_layout
 
 
@@ -60,7 +60,7 @@ def read_mapped(tree, device):
     maps = FileMaps()
     mapped = {}
     for group, size in layout.sizes.items():
-        if group in MAPPED_DTYPES and size * np.dtype(group).itemsize >= mapped_groups.MIN_BYTES:
+        if weighted_sum_host.usable(group, group, group, (size,), device):  # the loop's
             found = map_group(members[group], size, maps)
             if found is not None:
                 mapped[group] = found

@@ -107,12 +107,8 @@ def weighted_sum_into(xs: list[np.ndarray], w: np.ndarray, out: np.ndarray,
     step = LINE_BYTES // 4  # jobs meet on cache lines of the output
     bounds = np.linspace(0, n, max(count, 1) + 1).astype(np.int64) // step * step
     bounds[0], bounds[-1] = 0, n
-    jobs = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-    if len(jobs) == 1:
-        _JOB(xs, w, out, *jobs[0])
-        return
-    for f in [pool().submit(_JOB, xs, w, out, a, b) for a, b in jobs]:
-        f.result()
+    _run(_JOB, (xs, w, out), [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:],
+                                                                strict=True) if b > a])
 
 
 def weighted_gather_sum_into(xs: list[np.ndarray], positions: np.ndarray, offsets: np.ndarray,
@@ -153,10 +149,15 @@ def weighted_gather_sum_into(xs: list[np.ndarray], positions: np.ndarray, offset
     count = min(4 * threads, int(done[-1]) // JOB) if threads > 1 else 1
     cuts = np.searchsorted(done, np.linspace(0, done[-1], max(count, 1) + 1)[1:-1])
     bounds = [0, *sorted({int(c) + 1 for c in cuts} - {0, member.size}), member.size]
-    jobs = [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-    args = (xs, deltas, starts, stops, w, out)
+    _run(_GATHER_JOB, (xs, deltas, starts, stops, w, out),
+         [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a])
+
+
+def _run(job, args: tuple, jobs: list) -> None:
+    """`job(*args, lo, hi)` for each `(lo, hi)` of `jobs`: in this thread when there is one,
+    else on the loops' pool."""
     if len(jobs) == 1:
-        _GATHER_JOB(*args, *jobs[0])
+        job(*args, *jobs[0])
         return
-    for f in [pool().submit(_GATHER_JOB, *args, a, b) for a, b in jobs]:
+    for f in [pool().submit(job, *args, a, b) for a, b in jobs]:
         f.result()

@@ -29,8 +29,8 @@ def place(calls: list[Call], device) -> float:
     for c in calls:
         targets = c.shardings or (device,) * len(c.args)
         for a, target in zip(c.args, targets, strict=True):
-            if c.maps and isinstance(a, MappedGroup):
-                continue  # the host loop reads it where it lies in its file
+            if c.host and isinstance(a, MappedGroup):
+                continue  # a host kernel reads it as it is (`Call.host`)
             if _needs_move(a, target):
                 unique[id(a), target] = (a, target)
     moved = dict(zip(unique, put(list(unique.values())), strict=True))

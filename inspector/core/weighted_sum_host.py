@@ -24,10 +24,10 @@ HOST_LOOP = True
 """Whether the CPU sums packed float32 buffers by the loop (tests switch it off to compare)."""
 
 
-MIN_BYTES = mapped_groups.MIN_BYTES
+MIN_BYTES = 1 << 24
 """Smaller groups take the XLA kernel: their output stays in the caches (no write-allocate
-traffic to save), and XLA runs the groups of several dtypes in one call (16 MiB; the working
-set maps groups of this size and more: `mapped_groups.MIN_BYTES`)."""
+traffic to save), and XLA runs the groups of several dtypes in one call. The working set
+maps the groups the loop takes (`packed_reads.read_mapped`)."""
 
 
 def usable(dtype, acc, out, shape, device) -> bool:
@@ -45,7 +45,7 @@ def host_call(k: int, shape: tuple, device, args: list) -> Call:
     buffers (arrays, or `MappedGroup`s read where they lie in their files)]."""
     key = ("weighted_sum_host", k, tuple(shape))
     return Call(key, lambda: _kernel(k, tuple(shape), device), args, donate=(0,), carry=True,
-                host=True, maps=True)
+                host=True)
 
 
 def warm(k: int) -> None:

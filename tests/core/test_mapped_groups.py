@@ -13,7 +13,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import inspector
-from inspector.core import host_read, in_flight, mapped_groups, weighted_sum_host, working_set
+from inspector.core import host_read, in_flight, weighted_sum_host, working_set
 from inspector.core.errors import LoadError
 from inspector.core.file_maps import map_of
 from inspector.core.mapped_groups import MappedGroup, has_mapped
@@ -30,7 +30,6 @@ SHAPES = {"layers.10.w": (64, 33), "layers.9.w": (33, 64), "layers.9.b": (33,),
 def small_groups(monkeypatch):
     """Every float32 group is mapped (the app maps those of 16 MiB and more)."""
     monkeypatch.setattr(weighted_sum_host, "MIN_BYTES", 0)
-    monkeypatch.setattr(mapped_groups, "MIN_BYTES", 0)
     yield
     working_set.set_budget(None)
 
@@ -82,11 +81,11 @@ def test_a_mapped_tree_holds_its_float32_leaves_in_the_files_map(tmp_path):
 @pytest.mark.parametrize("host_loop", [True, False])
 def test_a_sum_of_mapped_trees_equals_the_packed_sum_bit_for_bit(tmp_path, monkeypatch,
                                                                  host_loop):
-    monkeypatch.setattr(weighted_sum_host, "HOST_LOOP", host_loop)
     values, trees = pair(tmp_path)
     w = [0.3, -1.25]
-    mapped = [read_mapped(t, CPU) for t in trees]
-    packed = [read_packed(t, CPU) for t in trees]
+    mapped = [read_mapped(t, CPU) for t in trees]  # mapped for the loop, then summed by it
+    packed = [read_packed(t, CPU) for t in trees]  # or, the loop switched off, by XLA
+    monkeypatch.setattr(weighted_sum_host, "HOST_LOOP", host_loop)
     mixed = [mapped[0], packed[1]]
     sums = [inspector.run(inspector.weighted_sum, ts, w, repeats=2).result
             for ts in (mapped, packed, mixed)]
@@ -215,3 +214,12 @@ def test_the_background_copy_waits_for_the_runs_in_flight(tmp_path):
         np.testing.assert_array_equal(flat(ws.get("a").unpack())["emb"], values[0]["emb"])
     finally:
         ws.close()
+
+
+def test_only_the_groups_the_loop_sums_are_mapped(tmp_path, monkeypatch):
+    _, (tree, _) = pair(tmp_path)
+    monkeypatch.setattr(weighted_sum_host, "HOST_LOOP", False)  # XLA sums: a map gains nothing
+    assert read_mapped(tree, CPU) is None
+    monkeypatch.setattr(weighted_sum_host, "HOST_LOOP", True)
+    monkeypatch.setattr(weighted_sum_host, "MIN_BYTES", 1 << 24)  # these groups: too small
+    assert read_mapped(tree, CPU) is None

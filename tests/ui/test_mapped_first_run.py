@@ -13,7 +13,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import inspector
-from inspector.core import mapped_groups, weighted_sum_host, working_set
+from inspector.core import weighted_sum_host, working_set
 from inspector.core.mapped_groups import has_mapped
 from inspector.ui.session import launcher_warm
 from inspector.ui.session.formatting import human_bytes
@@ -28,7 +28,6 @@ SHAPES = {"h.10.w": (37, 21), "h.9.w": (21, 37), "h.9.b": (21,)}
 def small_groups(monkeypatch):
     """Every float32 group goes to the loop and is mapped (the app: 16 MiB and more)."""
     monkeypatch.setattr(weighted_sum_host, "MIN_BYTES", 0)
-    monkeypatch.setattr(mapped_groups, "MIN_BYTES", 0)
     monkeypatch.setattr(working_set, "SETTLE_DELAY", 0.0)
     yield
     launcher_warm.release()
