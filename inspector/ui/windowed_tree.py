@@ -35,7 +35,8 @@ class WindowedTree(JSComponent):
     _esm = "assets/windowed_tree.js"
 
     _stylesheets = ["""
-    :host { display: block; }
+    /* no `display` on :host: Bokeh hides a component (`visible=False`) by its own
+       `:host { display: none; }`, which a rule here would override */
     .wtree {
       position: relative; overflow: auto; outline: none; contain: strict;
       font: 13.5px/1.5 Roboto, Helvetica, Arial, sans-serif;

@@ -220,7 +220,7 @@ def test_a_narrow_window_puts_the_result_below_the_input(browser, served_url):
 
 def _parts(page) -> dict:
     """Every kind of part the page shows, once a leaf is selected, an op has run, and a search
-    shows the leaf table."""
+    shows the leaf table (in place of the input tree: the tree measured is the result's)."""
     select_long_leaf(page)
     panels = page.locator(".split-panel")
     histogram = panels.first.locator("canvas").first
@@ -232,7 +232,7 @@ def _parts(page) -> dict:
     table = panels.first.locator(".tabulator").first
     table.get_by_text(LONG_LEAF).first.wait_for()
     return {
-        "tree": panels.first.locator("[role=tree]").first,
+        "tree": panels.nth(2).locator("[role=tree]").first,
         "leaf table": table,
         "histogram": histogram,
         "operation form": panels.nth(1),
@@ -241,6 +241,22 @@ def _parts(page) -> dict:
         "history table": panels.nth(2).locator(".run-history").last,
         "sidebar": page.get_by_text("Loaded trees", exact=True).locator(".."),
     }
+
+
+def test_a_search_shows_the_leaf_table_in_place_of_the_tree(browser, served_url):
+    with opened(browser, served_url, 1680) as page:
+        page.get_by_text("params", exact=True).first.click()  # the MLP params
+        node(page, "['layer1']").wait_for()
+        panel = page.locator(".split-panel").first
+        tree, table = panel.locator("[role=tree]").first, panel.locator(".tabulator").first
+        search = panel.get_by_label("Search leaves by key path")
+        search.fill("weights")
+        table.get_by_text(LONG_LEAF).first.wait_for()
+        tree.wait_for(state="hidden")  # it stayed under the table (a `display` rule of ours)
+        search.fill("")
+        tree.wait_for()
+        table.wait_for(state="hidden")
+        assert node(page, "['layer1']").is_visible()
 
 
 def app_bar_colour(page) -> tuple[int, ...]:
