@@ -108,13 +108,25 @@ def load_all(paths: list[str]) -> dict:
     Raises:
         LoadError: a path is missing or not a checkpoint the inspector reads (named in it).
     """
+    return load_with_info(paths)[0]
+
+
+def load_with_info(paths: list[str]) -> tuple[dict, dict]:
+    """`load_all(paths)`, and `{name: inspector.FileInfo}` of the local files among them: what
+    the app shows above their trees (a GGUF's or safetensors' metadata, a sharded index's
+    problems). URLs get none: their headers are not fetched a second time.
+
+    Raises:
+        LoadError: as `load_all`.
+    """
     import inspector
     from inspector.io.locate import is_url
     from inspector.io.remote.failures import redact
 
-    trees = {}
+    trees, infos = {}, {}
     for path in paths:
-        if is_url(path):  # given on the command line by the user: always allowed
+        url = is_url(path)
+        if url:  # given on the command line by the user: always allowed
             name = redact(path).split("?")[0].rstrip("/").rsplit("/", 1)[-1] or redact(path)
         else:
             path = Path(path)
@@ -122,7 +134,9 @@ def load_all(paths: list[str]) -> dict:
         while name in trees:
             name += "'"
         trees[name] = inspector.load(path)
-    return trees
+        if not url:
+            infos[name] = inspector.file_info(path)
+    return trees, infos
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,12 +162,12 @@ def run(args: argparse.Namespace) -> int:
     import inspector
 
     try:
-        trees = load_all(args.paths)
+        trees, infos = load_with_info(args.paths)
     except inspector.InspectorError as error:
         return fail(str(error))
     examples = args.examples if args.examples is not None else not trees
     if args.coordinator is not None and args.process_id != 0:
-        return _follow(args, trees, root, examples)
+        return _follow(args, trees, infos, root, examples)
     from inspector.ui.app import serve
 
     leader = None
@@ -175,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         serve(trees, root=root, address=args.address, port=args.port, show=args.show,
               examples=examples, started=started, hosts=leader,
-              origins=args.origins, remote_prefixes=remote)
+              origins=args.origins, remote_prefixes=remote, infos=infos)
     except OSError as error:  # the port is taken, the address is not this machine's, ...
         return fail(f"cannot serve on {args.address}:{args.port}: {error}")
     except KeyboardInterrupt:
@@ -186,14 +200,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _follow(args, trees: dict, root, examples: bool) -> int:
+def _follow(args, trees: dict, infos: dict, root, examples: bool) -> int:
     """A follower: builds each page session's state as process 0 does and runs its commands."""
     from inspector.cli.hosts import follow
     from inspector.ui.app import new_state
     from inspector.ui.session.host_commands import run_command
     from inspector.ui.session.loaded import prepare
 
-    prepared = [prepare(name, tree, "command line") for name, tree in trees.items()]
+    prepared = [prepare(name, tree, "command line", infos.get(name))
+                for name, tree in trees.items()]
 
     def session():
         state = new_state(defaults=examples, background=False, trees=prepared, root=root)

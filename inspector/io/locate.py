@@ -38,12 +38,17 @@ def locate(
 
     Raises:
         LoadError: the URL's filesystem is not installed, or its options are invalid.
+        TypeError: `path` is not a path, a URL or a `Location` (a tree, say).
 
     >>> locate("m.safetensors")
     LocalFile('m.safetensors')
     """
     if isinstance(path, Location):
         return path
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"expected a checkpoint's path or URL (str or os.PathLike), got a "
+                        f"{type(path).__name__}: pass the file or folder to read (a tree "
+                        "already in memory is used as it is, not loaded)")
     if isinstance(path, str) and path.startswith("file://"):
         path = path[len("file://") :]
     if not is_url(path):

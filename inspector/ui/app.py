@@ -296,7 +296,8 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
           show: bool = True, examples: bool = True,
           started: Callable[[str], None] | None = None, hosts=None,
           origins: list[str] | None = None,
-          remote_prefixes: list[str] | None | str = FROM_ENV, **kwargs) -> None:
+          remote_prefixes: list[str] | None | str = FROM_ENV, infos: dict | None = None,
+          **kwargs) -> None:
     """Serves the app on `address` (this machine only by default) until interrupted, a fresh
     state per browser session; `trees` ({name: tree}, e.g. opened checkpoints) are in every
     session.
@@ -312,11 +313,15 @@ def serve(trees: dict | None = None, root=None, address: str = "127.0.0.1", port
         origins: hosts (`host[:port]`) whose pages may open the app's websocket; by default
             only the address served and, on 127.0.0.1, localhost.
         remote_prefixes: which URLs the page may open (see `create_app`).
+        infos: `{name: inspector.FileInfo}` of trees opened from files: their metadata and
+            problems, shown above the tree.
     """
     from inspector.ui.session.loaded import prepare
     from inspector.ui.session.origins import CommandLine
 
-    prepared = [prepare(name, tree, CommandLine(name)) for name, tree in (trees or {}).items()]
+    infos = infos or {}
+    prepared = [prepare(name, tree, CommandLine(name), infos.get(name))
+                for name, tree in (trees or {}).items()]
     from inspector.ui.session.launcher_warm import keep_warm
 
     keep_warm(prepared)  # read once by a session, they stay held while the server runs

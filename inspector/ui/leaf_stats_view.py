@@ -50,7 +50,9 @@ class LeafStatsView(pn.viewable.Viewer):
         # A quantized weight shows its dequantized values; this shows the stored codes.
         self._raw = pmui.Switch(label="Raw codes", value=False, visible=False, size="small")
         self._raw.param.watch(self._update, "value")
-        self._layout = pmui.Column(pmui.Row(self._path, self._copy, sizing_mode="stretch_width"),
+        # margin above: the field's label floats over its top border, onto the tree's last row
+        self._layout = pmui.Column(pmui.Row(self._path, self._copy, sizing_mode="stretch_width",
+                                            margin=(12, 0, 0, 0)),
                                    self._raw, self._summary, sizing_mode="stretch_width",
                                    visible=False)
         self._view = state.tree_views[self.source]

@@ -114,3 +114,10 @@ def test_the_fuzz_counts_only_a_load_error_as_a_clean_refusal(monkeypatch, npy, 
     monkeypatch.setitem(formats.LOADERS, "npy", lambda path: (_ for _ in ()).throw(
         LoadError("Cannot load x: the file is damaged")))
     assert fuzz_worker.verdict(str(npy)) == ("refused", "Cannot load x: the file is damaged")
+
+
+@pytest.mark.parametrize("read", [inspector.load, inspector.file_info, inspector.check_index])
+def test_a_tree_given_where_a_path_is_expected_is_named(read):
+    with pytest.raises(TypeError, match=r"expected a checkpoint's path or URL \(str or "
+                       r"os.PathLike\), got a dict: pass the file or folder to read"):
+        read({"w": np.ones(2)})

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+import safetensors.numpy
 
 import inspector
 from tests.serving import launched_app, open_compare_tab, session
@@ -154,3 +155,40 @@ def test_comparing_all_values_colours_the_tree_rows(page):
     assert heat.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(232, 245, 233)"
     assert heat.get_attribute("title").startswith("rel L2 0 · max |a−b| 0")
     assert node(page, "['dense']['bias']").locator(".wtree-heat").count() == 0  # only in a
+
+
+def test_a_search_hit_is_revealed_in_the_tree_when_the_search_is_cleared(browser, tmp_path):
+    deep = "['layers']['layer_37']['w']"  # far below the tree's first window of rows
+    inspector.save({"layers": {f"layer_{i:02d}": {"w": np.full(3, i, np.float32)}
+                               for i in range(40)}}, tmp_path / "deep.safetensors")
+    with launched_app(tmp_path, "deep.safetensors") as url, session(browser, url) as page:
+        node(page, "['layers']").wait_for()
+        panel = page.locator(".split-panel").first
+        search = panel.get_by_label("Search leaves by key path")
+        search.fill("layer_37")
+        panel.locator(".tabulator").first.get_by_text(deep).first.click()
+        page.locator(".leaf-stats").first.wait_for()
+        assert node(page, deep).count() == 0  # the tree is hidden while the table is shown
+        search.fill("")
+        node(page, deep).wait_for()  # its branch opened, scrolled into the tree's window
+        assert node(page, deep).get_attribute("aria-selected") == "true"
+        tree = panel.locator("[role=tree]").first.bounding_box()
+        row = node(page, deep).bounding_box()
+        assert tree["y"] <= row["y"] and row["y"] + row["height"] <= tree["y"] + tree["height"]
+
+
+def test_the_launcher_shows_an_index_s_problems_and_a_file_s_metadata(browser, tmp_path):
+    shard = "model-00001-of-00002.safetensors"
+    safetensors.numpy.save_file({"a.w": np.ones(2, np.float32)}, str(tmp_path / shard),
+                                metadata={"format": "pt"})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a.w": shard, "b.w": "model-00002-of-00002.safetensors"}}))
+    with launched_app(tmp_path, "model.safetensors.index.json", shard) as url, \
+            session(browser, url) as page:
+        alert = page.locator(".file-problems").first  # its text lies in its shadow root
+        # opened from the command line as from the picker: the problems above the tree
+        alert.get_by_text("1 problem with this sharded checkpoint").wait_for()
+        alert.get_by_text("missing_file: model-00002-of-00002.safetensors").wait_for()
+        page.get_by_text(shard, exact=True).first.click()  # the shard, in the sidebar
+        page.locator(".file-metadata").first.get_by_text(
+            "File metadata · safetensors · 1 key").wait_for()

@@ -55,6 +55,7 @@ def test_main_serves_the_loaded_trees_with_the_root(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(app, "serve", fake_serve)
     assert cli.main([str(tmp_path / "m.npz"), "--root", str(tmp_path), "--no-show"]) == 0
     assert list(calls["trees"]) == ["m.npz"] and calls["root"] == tmp_path.resolve()
+    assert calls["infos"]["m.npz"] == inspector.file_info(tmp_path / "m.npz")  # shown above
     assert calls["show"] is False and calls["examples"] is False and calls["port"] == 0
     assert "serving 1 checkpoint(s) at http://127.0.0.1:1234/inspector" in \
         capsys.readouterr().out

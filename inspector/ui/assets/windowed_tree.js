@@ -157,7 +157,27 @@ export function render({ model, el }) {
     marked = true
     requestAnimationFrame(() => requestAnimationFrame(() => performance.mark("inspector:tree-rows")))
   }
-  model.on(["items", "expanded", "active", "max_height"], () => { flatten(); draw(); markRows() })
+  // A selection made elsewhere (a search hit, a diff row) is scrolled into view once its row
+  // is among the rows (its branch sent) and the tree is shown: a search hides the tree, and
+  // the hit is revealed when the search is cleared.
+  let reveal = false
+  function revealActive() {
+    if (!reveal || !activeKey || !tree.clientHeight) return
+    const i = rows.findIndex((r) => key(r.path) === activeKey)
+    if (i < 0) return
+    reveal = false
+    focus = i
+    show(i)
+  }
+  new ResizeObserver(() => { if (reveal) { revealActive(); draw() } }).observe(tree)
+  model.on(["items", "expanded", "active", "max_height"], () => {
+    const before = activeKey
+    flatten()
+    reveal = reveal || activeKey !== before
+    revealActive()
+    draw()
+    markRows()
+  })
   flatten()
   draw()
   markRows()
