@@ -141,8 +141,9 @@ def _text(out: Output, index, entry, depth: int) -> str:
     if group is not None and group.shape is not None:  # a quantized weight: one row
         parts, _ = index.label_parts(entry)
         problems = "".join(" · " + out.paint(f"problem: {p}", "red") for p in group.problems)
+        layout = parts[2] if parts[2].startswith(group.scheme) else f"{group.scheme}: {parts[2]}"
         return (f"{pad}{out.paint(group.path, 'bold')} {out.paint(parts[1], 'cyan')} · "
-                f"{out.paint(f'{group.scheme}: {parts[2]}', 'magenta')} · "
+                f"{out.paint(layout, 'magenta')} · "
                 f"{human_count(math.prod(group.shape))} params · {parts[3]}{problems}")
     name = out.paint(row.path or "(root)", "bold")
     what = out.paint(node_text(row), "cyan")

@@ -21,6 +21,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
 from inspector.core.host_read import fill, host_array
+from inspector.core.lazy import LazyArray
 from inspector.core.leaves import dtype_name, leaf_info
 from inspector.core.mapped_groups import MappedGroup
 
@@ -32,12 +33,15 @@ class Slot:
 
     `pack` names each buffer (group) after its dtype; an op's result keeps its inputs' group
     names even where the dtype changes (int32 leaves with float weights become float32).
+    `stored` is how the leaf's file held it when that was quantized (a GGUF `Q4_K` read as
+    float32: `LazyArray.quant`'s type), so `dequantize` of the packed tree still knows it.
     """
 
     group: str
     dtype: str
     shape: tuple[int, ...]
     offset: int
+    stored: str | None = None
 
     @property
     def size(self) -> int:
@@ -328,9 +332,10 @@ def plan_layout(tree, lead_dims: int = 0) -> tuple[Layout, list]:
     lead = _common_lead(tree, [shape for shape, *_ in infos], lead_dims)
     sizes: dict[str, int] = {}
     slots = []
-    for shape, dtype, _, _ in infos:
+    for leaf, (shape, dtype, _, _) in zip(leaves, infos, strict=True):
         offset = sizes.get(dtype, 0)
-        slots.append(Slot(dtype, dtype, shape[len(lead):], offset))
+        stored = leaf.quant.split(" · ")[0] if type(leaf) is LazyArray and leaf.quant else None
+        slots.append(Slot(dtype, dtype, shape[len(lead):], offset, stored))
         sizes[dtype] = offset + math.prod(shape[len(lead):])
     return interned(Layout(treedef, tuple(slots), sizes, lead)), leaves
 

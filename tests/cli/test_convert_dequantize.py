@@ -96,7 +96,7 @@ def test_dequantize_equals_codes_times_scale_in_float64(cli, files):
     done = cli("dequantize", "fp8.safetensors", "-o", "bf16.safetensors", cwd=folder)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "dequantized ['up']['weight']: fp8 e4m3 · 128x128 block scales"
+    assert lines[0] == "dequantized 1 weight: fp8 e4m3 · 128x128 block scales"
     assert lines[1].startswith("wrote bf16.safetensors: 1 weight dequantized to bfloat16; "
                                "2 tensors, ")
     full = np.kron(scale.astype(np.float64), np.ones((128, 128)))
@@ -129,3 +129,29 @@ def test_dequantize_lists_what_is_left_and_exits_1(cli, files):
     done = cli("dequantize", "fp8.safetensors", "-o", "x.safetensors", "--dtype", "int8",
                cwd=folder)
     assert done.returncode == 2 and "invalid choice: 'int8'" in done.stderr
+
+
+def test_dequantize_writes_a_gguf_s_quantized_tensors_in_the_dtype(cli, tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from tests.io.test_gguf_format import write_gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    norm = np.arange(64, dtype=np.float32)
+    write_gguf(tmp_path / "m.gguf", {"blk.0.attn_q.weight": (gguf.quants.quantize(w, q8), q8),
+                                     "blk.0.attn_norm.weight": norm})
+    done = cli("dequantize", "m.gguf", "-o", "f16.safetensors", "--dtype", "float16",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "dequantized 1 weight: Q8_0 (as the file's reader decodes it)"
+    assert lines[1].startswith("wrote f16.safetensors: 1 weight dequantized to float16; ")
+    written = load_file(str(tmp_path / "f16.safetensors"))
+    q8_values = gguf.quants.dequantize(gguf.quants.quantize(w, q8), q8)  # llama.cpp's own
+    assert written["blk.0.attn_q.weight"].dtype == np.float16
+    assert written["blk.0.attn_q.weight"].tolist() == q8_values.astype(np.float16).tolist()
+    assert written["blk.0.attn_norm.weight"].tobytes() == norm.tobytes()  # F32: kept
+    done = cli("dequantize", "m.gguf", "-o", "x.safetensors", "--json", cwd=tmp_path)
+    records = done.records()
+    assert records[0] == {"type": "stored", "ggml_type": "Q8_0", "count": 1}  # one per type
+    assert records[-1]["dequantized"] == 1 and records[-1]["dtype"] == "bfloat16"

@@ -144,7 +144,7 @@ def test_a_quantized_weight_is_one_row_with_its_scheme_and_problems(cli, tmp_pat
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     up = next(line for line in lines if line.strip().startswith("['up']['weight']"))
-    assert up.strip() == ("['up']['weight'] bfloat16[256,384] · fp8: fp8 e4m3 · 128x128 block "
+    assert up.strip() == ("['up']['weight'] bfloat16[256,384] · fp8 e4m3 · 128x128 block "
                           "scales · 98.3K params · 96 KiB")
     assert not any("['weight_scale_inv']" in line for line in lines)  # inside its weight's row
     down = next(line for line in lines if line.strip().startswith("['down']['weight']"))

@@ -246,6 +246,32 @@ def test_ops_run_on_dequantized_leaves(model):
     np.testing.assert_allclose(got, 0.75 * expected["q8"], rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_dequantize_writes_the_quantized_tensors_in_its_dtype(model, tmp_path, dtype):
+    path, expected = model
+    tree = inspector.load(path)
+    out = inspector.dequantize(tree, dtype)
+    block = out["blk"]["0"]
+    for name, key in (("attn_q", "q8"), ("ffn_up", "q4"), ("ffn_down", "q4k")):
+        got = np.asarray(block[name]["weight"])  # ggml's float64 definition, rounded once
+        assert got.dtype == np.dtype(dtype)
+        want = expected[key].astype(np.float32).astype(got.dtype)
+        assert got.tobytes() == want.tobytes(), name
+    # tensors the file holds as plain floats (F32, F16, BF16) are kept as they are
+    assert block["attn_norm"]["weight"] is tree["blk"]["0"]["attn_norm"]["weight"]
+    assert out["token_embd"]["weight"] is tree["token_embd"]["weight"]
+    inspector.dequantize(tree, dtype, out=tmp_path / "w.safetensors")  # streamed to a file
+    written = inspector.load(tmp_path / "w.safetensors")
+    assert np.asarray(written["blk"]["0"]["ffn_up"]["weight"]).tobytes() == \
+        np.asarray(block["ffn_up"]["weight"]).tobytes()
+    # packed (as the app holds it): its slots remember what the file held quantized
+    packed = inspector.dequantize(inspector.pack(tree), dtype)
+    packed = packed.unpack() if isinstance(packed, inspector.PackedTree) else packed
+    for name in ("attn_q", "ffn_up", "ffn_down", "attn_norm"):
+        got, want = (np.asarray(t["blk"]["0"][name]["weight"]) for t in (packed, out))
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), name
+
+
 def test_zero_size_tensor_loads(tmp_path):
     path = write_gguf(tmp_path / "empty.gguf", {"w": np.zeros((0, 32), np.float32)})
     leaf = inspector.load(path)["w"]

@@ -125,3 +125,28 @@ def test_fp8_checkpoint_in_the_browser(browser, tmp_path):
         done.wait_for(timeout=60_000)
         assert "bfloat16[256,384]" in done.inner_text() and "fp8" not in done.inner_text()
         page.screenshot(path="/tmp/quant_browser.png", full_page=True)
+
+
+def test_dequantize_of_a_gguf_through_the_state(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from tests.io.test_gguf_format import write_gguf
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    norm = np.arange(64, dtype=np.float32)
+    path = write_gguf(tmp_path / "m.gguf", {
+        "blk.0.attn_q.weight": (gguf.quants.quantize(w, q8), q8), "blk.0.attn_norm.weight": norm})
+    state = InspectorState()
+    state.add_tree("m.gguf", inspector.load(path), select=True)
+    state.op = "dequantize"
+    state.ops["dequantize"].dtype = "float16"
+    assert state.preview.splitlines() == ["m.gguf: 1 weight to float16:",
+                                          "1 weight stored as Q8_0 → float16"]
+    state.param.trigger("run")
+    assert state.error == ""
+    out = inspector.unpack(state.result.result) if isinstance(
+        state.result.result, inspector.PackedTree) else state.result.result
+    got = np.asarray(out["blk"]["0"]["attn_q"]["weight"])
+    want = gguf.quants.dequantize(gguf.quants.quantize(w, q8), q8).astype(np.float16)
+    assert got.dtype == np.float16 and got.tolist() == want.tolist()
+    assert np.asarray(out["blk"]["0"]["attn_norm"]["weight"]).tobytes() == norm.tobytes()

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 
+from inspector.core import nodes
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError
+from inspector.core.lazy import LazyArray
 from inspector.core.op import Op, register
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree
@@ -28,7 +31,10 @@ _OUT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def _out_dtype(dtype, group: QuantGroup) -> str:
-    name = group.dtype if dtype is None else str(np.dtype(dtype))
+    return _checked(group.dtype if dtype is None else str(np.dtype(dtype)))
+
+
+def _checked(name: str) -> str:
     if name not in _OUT_DTYPES:
         raise InspectorError(
             f"Cannot dequantize to {name}: give dtype 'bfloat16', 'float16' or 'float32'.")
@@ -76,6 +82,22 @@ def _no_out(kernel):
     return lambda *members: kernel(None, *members)
 
 
+def stored_quantized(tree) -> list[LazyArray]:
+    """The leaves a file holds quantized, one tensor each, that its reader dequantizes when
+    read (a GGUF `Q4_K` or `Q8_0` tensor: a float32 `LazyArray` whose `quant` says how it is
+    stored). `dequantize` writes them in its dtype (as it does the slots of a packed tree
+    that held such leaves: `Slot.stored`)."""
+    leaves, _ = nodes.flatten(tree)  # guarded: a cycle or a too-deep tree is named
+    return [x for x in leaves if type(x) is LazyArray and x.quant is not None]
+
+
+def _stored_call(leaf: LazyArray, dtype: str) -> Call:
+    """The cast of a stored-quantized leaf's values (read and dequantized by its reader) to
+    `dtype`: one kernel per shape and dtype."""
+    key = ("dequantize-stored", tuple(leaf.shape), dtype)
+    return Call(key, lambda: lambda x: x.astype(dtype), [leaf])
+
+
 _ROLES = {
     S.FP8: ("weight", "scale"),
     S.MXFP4: ("blocks", "scales"),
@@ -98,15 +120,19 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
     device = resolve_device(device)
     if isinstance(tree, PackedTree):
         # FP8 weights: one pass over each float8 buffer, a packed result (dequantize_packed)
-        name = "bfloat16" if dtype is None else str(np.dtype(dtype))
-        if name not in _OUT_DTYPES:
-            raise InspectorError(
-                f"Cannot dequantize to {name}: give dtype 'bfloat16', 'float16' or 'float32'.")
+        name = _checked("bfloat16" if dtype is None else str(np.dtype(dtype)))
         plan = plan_packed(tree, name, device)
         if plan is not None:
             return plan
-        tree = tree.unpack()
+        packed, tree = tree, tree.unpack()
+        layout = packed.layout  # its slots in the order of the unpacked tree's leaves
+        stored = [leaf for leaf, slot in zip(layout.treedef.flatten_up_to(tree), layout.slots,
+                                             strict=True) if slot.stored]
+    else:
+        stored = None
     groups = [g for g in quant_groups(tree) if g.usable]
+    if stored is None:
+        stored = stored_quantized(tree)
     calls, read, written = [], 0, 0
     for group in groups:
         call = _call(group, holder(tree, group.steps), _out_dtype(dtype, group), device)
@@ -115,10 +141,21 @@ def plan_dequantize(tree, dtype="bfloat16", device=None) -> Plan:
         read += sum(math.prod(m.shape) * np.dtype(m.dtype).itemsize for m in members)
         written += math.prod(group.shape) * np.dtype(_out_dtype(dtype, group)).itemsize
     edits = edits_of(groups)
+    stored_dtype = "float32" if dtype is None else _checked(str(np.dtype(dtype)))
+    for leaf in stored:  # float32 as their reader decodes them
+        calls.append(_stored_call(leaf, stored_dtype))
+        read += math.prod(leaf.shape) * 4
+        written += math.prod(leaf.shape) * np.dtype(stored_dtype).itemsize
 
     def assemble(outputs):
-        return rebuild_tree(tree, (), edits, dict(zip((id(g) for g in groups), outputs,
-                                                   strict=True)))
+        outputs = list(outputs)
+        rest = outputs[len(groups):]
+        out = rebuild_tree(tree, (), edits, dict(zip((id(g) for g in groups),
+                                                     outputs[:len(groups)], strict=True)))
+        if not stored:
+            return out
+        swap = {id(leaf): value for leaf, value in zip(stored, rest, strict=True)}
+        return jax.tree_util.tree_map(lambda x: swap.get(id(x), x), out)
 
     return Plan("dequantize", device, calls, assemble, read, written)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import jax
 import numpy as np
@@ -10,6 +11,7 @@ import param
 
 import inspector
 from inspector.core.packed import unpacked
+from inspector.core.quant.dequantize import stored_quantized
 from inspector.ui.session.formatting import plural, shape_text
 from inspector.ui.session.loaded import SetupError, pick
 from inspector.ui.session.op_settings import PREVIEW_LINES, OpSettings, Preview, clip, register
@@ -20,7 +22,8 @@ DTYPES = ["bfloat16", "float16", "float32"]
 
 @register
 class DequantizeSettings(OpSettings):
-    """One tree; each quantized weight (fp8, mxfp4, gptq, awq) replaced by its values."""
+    """One tree; each quantized weight (fp8, mxfp4, gptq, awq, a GGUF's Q4_K, ...) replaced
+    by its values."""
 
     op = "dequantize"
     title = "Dequantize"
@@ -51,6 +54,8 @@ class DequantizeSettings(OpSettings):
             if group.usable:
                 total -= sum(sizes.get(p, 0) for p in group.members.values())
                 total += math.prod(group.shape) * itemsize
+        for leaf in stored_quantized(tree):  # float32 as read, written in the dtype
+            total += math.prod(leaf.shape) * (itemsize - 4)
         return total
 
     def preview(self, trees: dict) -> Preview:
@@ -62,15 +67,19 @@ class DequantizeSettings(OpSettings):
             else loaded.tree
         groups = inspector.quant_groups(tree)
         usable = [g for g in groups if g.usable]
-        if not usable:
+        stored = Counter(leaf.quant.split(" · ")[0] for leaf in stored_quantized(tree))
+        if not usable and not stored:
             why = f" ({len(groups)} with problems: {groups[0].problems[0]})" if groups else ""
             return Preview("", f"{self.tree} holds no quantized weight to dequantize{why}.")
-        lines = [f"{g.path}: {g.layout} → {shape_text(self.dtype, g.shape)}"
-                 for g in usable[:PREVIEW_LINES]]
-        head = f"{self.tree}: {plural(len(usable), 'weight')} to {self.dtype}"
+        # a file's own quantized tensors (GGUF) by type, then each group
+        lines = [f"{plural(n, 'weight')} stored as {kind} → {self.dtype}"
+                 for kind, n in stored.items()]
+        lines += [f"{g.path}: {g.layout} → {shape_text(self.dtype, g.shape)}"
+                  for g in usable[:PREVIEW_LINES]]
+        head = f"{self.tree}: {plural(len(usable) + stored.total(), 'weight')} to {self.dtype}"
         if len(groups) > len(usable):
             head += f" ({len(groups) - len(usable)} left as they are: see their badges)"
-        return Preview(clip(head + ":", lines, len(usable)), "")
+        return Preview(clip(head + ":", lines, len(stored) + len(usable)), "")
 
     @classmethod
     def code(cls, call: CallRecord, names: list[str], writer) -> str:
