@@ -6,9 +6,9 @@
 `inspector.dequantize(tree, dtype, out=OUT)`: each quantized weight (FP8 with its scales,
 MXFP4, GPTQ, AWQ: `inspector.quant_groups`; a GGUF's `Q4_K`, `Q8_0`, ... tensors) is read,
 dequantized by its jitted kernel and written before the next is read; the other leaves are
-copied through. Weights that cannot be
-dequantized (a float8 weight with no scale, scales that do not tile it) are left as stored and
-listed with their problems: exit status 1 then, 0 when every weight was dequantized.
+copied through. Weights that cannot be dequantized (a float8 weight with no scale, scales
+that do not tile it) are left as stored and listed with their problems: exit status 1 then,
+0 when every weight was dequantized.
 """
 
 from __future__ import annotations

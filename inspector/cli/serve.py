@@ -114,12 +114,15 @@ def load_all(paths: list[str]) -> dict:
 def load_with_info(paths: list[str]) -> tuple[dict, dict]:
     """`load_all(paths)`, and `{name: inspector.FileInfo}` of the local files among them: what
     the app shows above their trees (a GGUF's or safetensors' metadata, a sharded index's
-    problems). URLs get none: their headers are not fetched a second time.
+    problems). URLs get none: their headers are not fetched a second time. A model folder
+    opens its model file, as every subcommand does (`loading.checkpoint_path`), named after
+    the folder.
 
     Raises:
         LoadError: as `load_all`.
     """
     import inspector
+    from inspector.cli.loading import checkpoint_path
     from inspector.io.locate import is_url
     from inspector.io.remote.failures import redact
 
@@ -133,9 +136,10 @@ def load_with_info(paths: list[str]) -> tuple[dict, dict]:
             name = path.resolve().name or str(path)
         while name in trees:
             name += "'"
-        trees[name] = inspector.load(path)
+        opened = path if url else checkpoint_path(str(path))
+        trees[name] = inspector.load(opened)
         if not url:
-            infos[name] = inspector.file_info(path)
+            infos[name] = inspector.file_info(opened)
     return trees, infos
 
 

@@ -134,3 +134,15 @@ def test_one_checkpoint_opens_on_its_tree(tmp_path, monkeypatch):
     state = page.inspector.state
     assert page.inspector.tabs.active == 0 and state.selected == "only.npz"
     assert state.ops["weighted_sum"].trees == [] and state.error == ""
+
+
+def test_a_model_folder_opens_its_model_file_named_after_the_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "Llama-FP8"
+    folder.mkdir()
+    inspector.save({"w": np.ones(2, np.float32)}, folder / "model.safetensors")
+    calls = {}
+    monkeypatch.setattr(app, "serve", lambda trees, **kwargs: calls.update(trees=trees, **kwargs))
+    assert cli.main([str(folder), "--root", str(tmp_path), "--no-show"]) == 0  # as `show` does
+    assert list(calls["trees"]) == ["Llama-FP8"]
+    assert np.asarray(calls["trees"]["Llama-FP8"]["w"]).tolist() == [1.0, 1.0]
+    assert calls["infos"]["Llama-FP8"].format == "safetensors"
