@@ -23,6 +23,7 @@ format library.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from inspector.cli.output import CLEAN, FINDING, Output, common_options
@@ -47,6 +48,7 @@ def run(args) -> int:
     import inspector
     from inspector.cli.loading import checkpoint_path_or_fail
     from inspector.core.errors import MissingDependencyError
+    from inspector.core.quant.dequantize import stored_quantized
     from inspector.io.locate import is_url
 
     path = args.checkpoint
@@ -76,16 +78,21 @@ def run(args) -> int:
         else:
             out.line(_line(out, p))
     n_leaves = None if tree is None else inspector.describe(tree)[0].n_leaves
+    # a GGUF's quantized tensors: one leaf each, whole by construction (its reader decodes it)
+    stored = Counter(leaf.quant.split(" · ")[0] for leaf in
+                     ([] if tree is None else stored_quantized(tree)))
     if out.json:
         out.record("summary", checkpoint=str(args.checkpoint), checked=str(path),
                    problems=len(problems), kinds=counts, tensors=n_leaves,
-                   quantized_groups=len(groups))
+                   quantized_groups=len(groups), stored_quantized=dict(stored))
     elif problems:
         kinds = ", ".join(f"{n:,} {kind}" for kind, n in counts.items())
         out.line(f"{len(problems):,} problem(s) ({kinds}).")
     else:
-        out.line(f"No problems: {n_leaves:,} tensors, {len(groups):,} quantized weights, all "
-                 "whole.")
+        kinds = ", ".join(f"{n:,} {kind}" for kind, n in stored.items())
+        what = f" ({kinds})" if kinds else ""
+        out.line(f"No problems: {n_leaves:,} tensors, {len(groups) + stored.total():,} "
+                 f"quantized weights{what}, all whole.")
     return FINDING if problems else CLEAN
 
 

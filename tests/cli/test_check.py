@@ -80,3 +80,20 @@ def test_clean_file_exits_0_and_a_missing_path_exits_2(cli, files):
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == ("pytree-inspector: Cannot check nope.safetensors: the path does "
                            "not exist.\n")
+
+
+def test_a_gguf_s_quantized_tensors_are_counted_by_type(cli, tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from tests.io.test_gguf_format import write_gguf
+
+    q8, q4 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
+    w = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    write_gguf(tmp_path / "m.gguf", {"a.weight": (gguf.quants.quantize(w, q8), q8),
+                                     "b.weight": (gguf.quants.quantize(w, q4), q4),
+                                     "c.weight": (gguf.quants.quantize(w, q4), q4),
+                                     "norm.weight": np.ones(64, np.float32)})
+    done = cli("check", "m.gguf", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (
+        0, "No problems: 4 tensors, 3 quantized weights (1 Q8_0, 2 Q4_0), all whole.\n")
+    summary = cli("check", "m.gguf", "--json", cwd=tmp_path).records()[-1]
+    assert summary["stored_quantized"] == {"Q8_0": 1, "Q4_0": 2}
