@@ -119,6 +119,8 @@ class LeafStatsView(pn.viewable.Viewer):
         s = leaf_stats(x)
         quant = [("quantized", group.layout + ("" if self._raw.value or not group.usable
                                                 else " · dequantized"))] if group else []
+        if not group and row.quant:  # a file's own quantized tensor (GGUF), decoded when read
+            quant = [("stored", f"{row.quant} · dequantized")]
         self._summary.object = _table([
             *quant,
             ("array", shape_text(str(x.dtype), x.shape)), ("size", f"{s['size']:,}"),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from inspector.ui.lazy_tree import walk
+from inspector.ui.lazy_tree import find, walk
 from inspector.ui.tree_view import TreeView
 from tests.helpers import open_files
 
@@ -63,3 +63,5 @@ def test_gguf_metadata_and_ggml_types_show(session, tmp_path):
         view.expand(node)
     assert any("float32[2,64]" in label and "Q8_0 · 8.5 bits/value · 136 B in the file" in label
                for label in _labels(view)), _labels(view)
+    view.tree.active = [find(view.tree.items, "['blk']['0']['attn_q']['weight']")]
+    assert "Q8_0 · 8.5 bits/value · 136 B in the file · dequantized" in view.stats.stats_html
