@@ -166,3 +166,15 @@ def _flat_paths(tree):
     import jax
 
     return [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def test_short_values_of_small_arrays_and_of_strings():
+    from inspector.ui.session.leaf_numbers import TEXT_CHARS, short_values
+
+    tree = {"act": "leaky_relu", "w": np.arange(3), "big": np.zeros(9), "long": "x" * 99,
+            "n": None, "obj": object()}
+    index = _index(tree)
+    shown = {p: short_values(tree, index, index.row_of(p))
+             for p in ("['act']", "['w']", "['big']", "['long']", "['obj']")}
+    assert shown == {"['act']": "'leaky_relu'", "['w']": "[0, 1, 2]", "['big']": None,
+                     "['long']": repr("x" * (TEXT_CHARS - 1) + "…"), "['obj']": None}

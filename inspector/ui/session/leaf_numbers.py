@@ -49,11 +49,25 @@ def leaf_array(tree, index: TreeIndex, path: str, raw: bool = False):
     return np.asarray(leaf)
 
 
+TEXT_CHARS = 40
+"""The most characters of a string leaf shown beside its row."""
+
+
 def short_values(tree, index: TreeIndex, row_i: int, limit: int = 8) -> str | None:
     """The values of a leaf of at most `limit` elements, on one line (`[[26, 11], [21, 24]]`),
-    or None for bigger leaves and leaves whose data is not in memory (lazy checkpoint leaves)."""
+    a string leaf's text (`'leaky_relu'`, cut at `TEXT_CHARS`), or None for bigger leaves and
+    leaves whose data is not in memory (lazy checkpoint leaves)."""
     row = index.rows[row_i]
-    if row.shape is None or row.n_params > limit or row_i not in index.leaf_number:
+    if row_i not in index.leaf_number:
+        return None
+    if row.shape is None:  # a checkpoint's hyper-parameters hold strings: say which
+        if isinstance(tree, inspector.PackedTree):
+            return None
+        leaf = index.flat_leaves(tree)[index.leaf_number[row_i]]
+        if not isinstance(leaf, str):
+            return None
+        return repr(leaf if len(leaf) <= TEXT_CHARS else leaf[:TEXT_CHARS - 1] + "…")
+    if row.n_params > limit:
         return None
     if not isinstance(tree, inspector.PackedTree):
         leaf = index.flat_leaves(tree)[index.leaf_number[row_i]]
