@@ -12,7 +12,7 @@ import html
 
 import panel as pn
 import panel_material_ui as pmui
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, NumberFormatter, ScientificFormatter
 from bokeh.plotting import figure
 
 from inspector.core.diff.union import shown_kinds
@@ -233,7 +233,12 @@ class DiffValuesView(pn.viewable.Viewer):
             formatters={"rel_l2": {"type": "progress", "max": 1, "color": ["#fdd49e", "#fc8d59",
                                                                            "#d7301f"],
                                    "legend": True, "legendAlign": "right"},
-                        "changed": {"type": "progress", "max": 1, "color": "#74a9cf"}})
+                        "changed": {"type": "progress", "max": 1, "color": "#74a9cf"},
+                        # 4 significant digits, not float64's 17 (0.007615566253662109)
+                        "max_abs": ScientificFormatter(precision=3, power_limit_low=0,
+                                                       power_limit_high=0),
+                        "cosine": NumberFormatter(format="0.000000")},
+            widths={"rel_l2": 150})  # its legend (the value) readable beside the bar
         # Determinate while the value diff reports how far it is (it streams lazy leaves)
         self.progress = pmui.LinearProgress(variant="determinate", value=0, visible=False,
                                             sizing_mode="stretch_width", margin=(0, 10))
@@ -261,7 +266,10 @@ def _frame(rows):
 
     from inspector.core.diff.values import COLUMNS
 
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    # the relative L2's bar shows the value itself as its legend: 4 significant digits
+    frame["rel_l2"] = [float(f"{x:.4g}") for x in frame["rel_l2"]]
+    return frame
 
 
 class DiffView(pn.viewable.Viewer):

@@ -52,6 +52,8 @@ def test_compare_all_values_gives_leaves_and_subtrees_most_changed_first():
     assert root["changed"] == pytest.approx((32 + 1) / whole_a.size)
     assert rows["['layer0']"]["rel_l2"] == 0.0 and rows["['layer2']['b']"]["changed"] == 0.25
     assert view.table.visible and list(view.table.value["path"])[:1] == ["['layer1']['w']"]
+    shown = view.table.value.set_index("path")["rel_l2"]  # its bar's legend: 4 digits
+    assert shown["['layer1']['w']"] == float(f"{r['rel_l2']:.4g}") != r["rel_l2"]
     s.compare.diff_b = "pre"  # a new comparison clears the table
     assert s.compare.diff_table == [] and not view.table.visible
 
