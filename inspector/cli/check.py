@@ -48,7 +48,7 @@ def run(args) -> int:
     import inspector
     from inspector.cli.loading import checkpoint_path_or_fail
     from inspector.core.errors import MissingDependencyError
-    from inspector.core.quant.dequantize import stored_quantized
+    from inspector.core.quant.dequantize import stored_counts
     from inspector.io.locate import is_url
 
     path = args.checkpoint
@@ -79,8 +79,7 @@ def run(args) -> int:
             out.line(_line(out, p))
     n_leaves = None if tree is None else inspector.describe(tree)[0].n_leaves
     # a GGUF's quantized tensors: one leaf each, whole by construction (its reader decodes it)
-    stored = Counter(leaf.quant.split(" · ")[0] for leaf in
-                     ([] if tree is None else stored_quantized(tree)))
+    stored = Counter() if tree is None else stored_counts(tree)
     if out.json:
         out.record("summary", checkpoint=str(args.checkpoint), checked=str(path),
                    problems=len(problems), kinds=counts, tensors=n_leaves,

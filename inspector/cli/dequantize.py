@@ -48,14 +48,14 @@ def run(args) -> int:
     import inspector
     from inspector.cli.loading import load_or_fail
     from inspector.core.node_text import human_bytes
-    from inspector.core.quant.dequantize import stored_quantized
+    from inspector.core.quant.dequantize import stored_counts
 
     start = time.perf_counter()
     tree = load_or_fail(args.checkpoint, out)
     groups = inspector.quant_groups(tree)
     done = [g for g in groups if g.usable]
     left = [g for g in groups if not g.usable]
-    stored = Counter(leaf.quant.split(" · ")[0] for leaf in stored_quantized(tree))
+    stored = stored_counts(tree)
     written = out.write_or_fail("dequantizing", args.out, lambda progress: inspector.dequantize(
         tree, args.dtype, device=args.device, out=args.out, progress=progress.rate))
     seconds = time.perf_counter() - start

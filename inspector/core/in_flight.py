@@ -1,6 +1,6 @@
 """Runs in flight, and background work that waits for them: the app's runner marks each
 execution (`executing`), and the working set's background copies of mapped checkpoints
-(`WorkingSet.settle`) wait, before each tensor, until none runs (`wait_quiet`), as they would
+(`WorkingSet.settle`) wait, before each piece, until none runs (`wait_quiet`), as they would
 take its memory bandwidth and cores (a weight change during the copies took up to 1.87 s
 against 0.3-0.6 s: docs/app-first-run.md)."""
 

@@ -146,6 +146,18 @@ def layout_of(shape: tuple, dtype: np.dtype) -> LayoutToken:
     return token
 
 
+def stored_as(leaf) -> str | None:
+    """The type a file holds `leaf` quantized as (`'Q4_K'`: the start of `LazyArray.quant`),
+    or None for any other leaf.
+
+    >>> stored_as(LazyArray((2,), np.float32, lambda: None, quant="Q8_0 · 8.5 bits/value"))
+    'Q8_0'
+    """
+    if type(leaf) is not LazyArray or not leaf.quant:
+        return None
+    return leaf.quant.split(" · ", 1)[0]
+
+
 def file_of(source: str) -> str:
     """The file part of a leaf's `source` (`path:tensor` -> `path`; all of it without a
     ":"), one string object per file."""

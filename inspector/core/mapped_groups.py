@@ -22,7 +22,6 @@ memory). Other groups gain nothing from a map, and are read as before.
 
 from __future__ import annotations
 
-import mmap
 import threading
 
 import jax
@@ -93,7 +92,7 @@ class MappedGroup:
                 source, positions = self.where
                 # in the background, pages faulted as the pieces reach them: one call
                 # populating 1.2 GB kept a weight change waiting about 0.6 s
-                out = (host_array if pause is None else _unpopulated)(self.shape, self.dtype)
+                out = host_array(self.shape, self.dtype, populate=pause is None)
                 for start, offset, size in zip(positions.tolist(), self.offsets.tolist(),
                                                self.sizes.tolist(), strict=True):
                     for at in range(0, size, PIECE):
@@ -151,16 +150,6 @@ def map_group(members: list, size: int, maps: FileMaps) -> MappedGroup | None:
         source[::max(1, 4096 // itemsize)].max()  # an older kernel: a fault every few pages
     count_read(int(sizes.sum()) * itemsize, len(leaves), mapped=True)
     return MappedGroup(source, positions, [s.offset for _, s in members], sizes, size)
-
-
-def _unpopulated(shape: tuple, dtype) -> np.ndarray:
-    """An uninitialised page-aligned array (an anonymous map: aligned for XLA's CPU client),
-    its pages faulted in by whatever writes them first."""
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if not nbytes:
-        return np.empty(shape, dtype)
-    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return np.frombuffer(m, dtype).reshape(shape)
 
 
 def has_mapped(tree) -> bool:

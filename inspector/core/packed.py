@@ -21,7 +21,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.errors import StructureMismatchError, UnsupportedLeafError, bullet_list
 from inspector.core.host_read import fill, host_array
-from inspector.core.lazy import LazyArray
+from inspector.core.lazy import stored_as
 from inspector.core.leaves import dtype_name, leaf_info
 from inspector.core.mapped_groups import MappedGroup
 
@@ -334,8 +334,7 @@ def plan_layout(tree, lead_dims: int = 0) -> tuple[Layout, list]:
     slots = []
     for leaf, (shape, dtype, _, _) in zip(leaves, infos, strict=True):
         offset = sizes.get(dtype, 0)
-        stored = leaf.quant.split(" · ")[0] if type(leaf) is LazyArray and leaf.quant else None
-        slots.append(Slot(dtype, dtype, shape[len(lead):], offset, stored))
+        slots.append(Slot(dtype, dtype, shape[len(lead):], offset, stored_as(leaf)))
         sizes[dtype] = offset + math.prod(shape[len(lead):])
     return interned(Layout(treedef, tuple(slots), sizes, lead)), leaves
 

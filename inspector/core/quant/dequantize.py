@@ -9,6 +9,7 @@ Lazy checkpoints stream: each group's members are read when its call runs (and w
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import jax
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from inspector.core import nodes
 from inspector.core.devices import resolve_device
 from inspector.core.errors import InspectorError
-from inspector.core.lazy import LazyArray
+from inspector.core.lazy import LazyArray, stored_as
 from inspector.core.op import Op, register
 from inspector.core.out_buffers import output_buffer, worth_donating
 from inspector.core.packed import PackedTree
@@ -88,7 +89,12 @@ def stored_quantized(tree) -> list[LazyArray]:
     stored). `dequantize` writes them in its dtype (as it does the slots of a packed tree
     that held such leaves: `Slot.stored`)."""
     leaves, _ = nodes.flatten(tree)  # guarded: a cycle or a too-deep tree is named
-    return [x for x in leaves if type(x) is LazyArray and x.quant is not None]
+    return [x for x in leaves if stored_as(x)]
+
+
+def stored_counts(tree) -> Counter:
+    """How many leaves `stored_quantized` finds, by stored type (`{'Q4_0': 30, 'Q8_0': 13}`)."""
+    return Counter(stored_as(x) for x in stored_quantized(tree))
 
 
 def _stored_call(leaf: LazyArray, dtype: str) -> Call:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import jax
 import numpy as np
@@ -11,7 +10,7 @@ import param
 
 import inspector
 from inspector.core.packed import unpacked
-from inspector.core.quant.dequantize import stored_quantized
+from inspector.core.quant.dequantize import stored_counts, stored_quantized
 from inspector.ui.session.formatting import plural, shape_text
 from inspector.ui.session.loaded import SetupError, pick
 from inspector.ui.session.op_settings import PREVIEW_LINES, OpSettings, Preview, clip, register
@@ -67,7 +66,7 @@ class DequantizeSettings(OpSettings):
             else loaded.tree
         groups = inspector.quant_groups(tree)
         usable = [g for g in groups if g.usable]
-        stored = Counter(leaf.quant.split(" · ")[0] for leaf in stored_quantized(tree))
+        stored = stored_counts(tree)
         if not usable and not stored:
             why = f" ({len(groups)} with problems: {groups[0].problems[0]})" if groups else ""
             return Preview("", f"{self.tree} holds no quantized weight to dequantize{why}.")
